@@ -8,7 +8,7 @@ cfg.read(Path(__file__).parent/'settings.ini', encoding='utf-8')
 cfg = cfg['DEFAULT']
 req = lambda key: cfg.get(key, '').split()
 
-licenses = {'apache2': ('Apache Software License 2.0', 'OSI Approved :: Apache Software License')}
+licenses = {'apache2': 'Apache-2.0'}
 statuses = ['1 - Planning', '2 - Pre-Alpha', '3 - Alpha', '4 - Beta', '5 - Production/Stable']
 lic = licenses[cfg['license']]
 py_versions = '3.10 3.11 3.12 3.13'.split()
@@ -21,13 +21,12 @@ setuptools.setup(
     long_description=(Path(__file__).parent/'README.md').read_text(encoding='utf-8'),
     long_description_content_type='text/markdown',
     author=cfg['author'], author_email=cfg['author_email'],
-    license=lic[0],
+    license=lic,
     url=cfg['git_url'],
     keywords=cfg['keywords'],
     classifiers=['Development Status :: ' + statuses[int(cfg['status'])],
                  'Intended Audience :: ' + cfg['audience'].title(),
-                 'Natural Language :: ' + cfg['language'].title(),
-                 'License :: ' + lic[1]]
+                 'Natural Language :: ' + cfg['language'].title()]
                 + ['Programming Language :: Python :: ' + v for v in py_versions[py_versions.index(min_python):]],
     packages=setuptools.find_packages(include=[cfg['lib_name'], cfg['lib_name'] + '.*']),
     include_package_data=True,
