@@ -84,10 +84,12 @@ def test_papermill_biphasic_line_works_and_rejects_typos(tmp_path):
     (dict(schedule='bert'), "cannot read phase 'bert'"),
     (dict(mask_ratio=1.5), 'mask_ratio=1.5 is out of range'),
     (dict(schedule='biphasic', clm_steps=500, total_steps=100), 'clm_steps=500 must be in [1, total_steps-1]'),
-    (dict(init_from='runs/does-not-exist'), "init_from='runs/does-not-exist' does not exist"),
+    (dict(init_from='runs/does-not-exist'), "init_from='runs/does-not-exist' is not a local folder, and the hub is offline"),
+    (dict(init_from='./runs/does-not-exist'), "init_from='./runs/does-not-exist' does not exist"),
     (dict(replace_mask=0.8), 'must be 1'),
 ])
-def test_bad_parameters_fail_before_training(values, message):
+def test_bad_parameters_fail_before_training(values, message, monkeypatch):
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')   # 'runs/does-not-exist' could be a hub id; offline it cannot be
     with pytest.raises(ConfigError) as err:
         check_pretrain_config(build_config(PretrainConfig, values))
     assert message in str(err.value)
