@@ -23,8 +23,8 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from .core import (ConfigError, append_jsonl, assets_dir, atomic_write_json, build_config, config_hash,
-                         param, pick_device, pick_dtype, project_root, read_json, read_jsonl, seed_everything)
+from .core import (ConfigError, append_jsonl, assets_dir, atomic_path, atomic_write_json, build_config,
+                         config_hash, param, pick_device, pick_dtype, project_root, read_json, read_jsonl, seed_everything)
 from .model import TaskModel, build_model, check_checkpoint, load, save
 from .data import embedded_records, load_tokenizer
 
@@ -32,10 +32,10 @@ from .data import embedded_records, load_tokenizer
 __all__ = ['SPLITS', 'GLUE_COLUMNS', 'TWEET_TAGS', 'CONLL_TAGS', 'ONTONOTES_TAGS', 'TASKS', 'PAPER_TASKS', 'EMBEDDED_TASKS',
            'FAMILIES', 'PROTOCOL', 'LOSSES', 'RESULT_KEYS', 'split_train', 'require_columns', 'convert_glue',
            'convert_tagging', 'convert_squad', 'convert_record', 'embedded_sentiment', 'embedded_ner', 'embedded_cloze',
-           'embedded_retrieval', 'squad_f1', 'squad_em', 'ndcg_at_10', 'entity_f1', 'Task', 'resolve_tasks',
+           'embedded_retrieval', 'squad_f1', 'squad_em', 'ndcg_at_10', 'entity_f1', 'Task', 'resolve_tasks', 'fake_hub',
            'encode_sequence', 'encode_tokens', 'encode_spans', 'encode_texts', 'pad', 'FinetuneConfig',
-           'check_finetune_config', 'evaluate', 'finetune_run', 'save_sentence_transformer', 'load_results',
-           'finetune_sweep', 'aggregate', 'family_scores', 'lr_curve', 'lr_sensitivity']
+           'check_finetune_config', 'evaluate', 'cap_eval', 'finetune_run', 'st_tokenizer', 'save_sentence_transformer',
+           'load_results', 'finetune_sweep', 'aggregate', 'family_scores', 'lr_curve', 'lr_sensitivity']
 
 # %% ../nbs/03_finetune.ipynb #e496211f
 SPLITS = ('train', 'validation', 'test')
@@ -218,8 +218,12 @@ class Task:
 
 
 def _hub(path, name=None, split=None):
+    "`datasets.load_dataset`; a dataset that still ships a loading script is read from the hub's Parquet export."
     from datasets import load_dataset
-    return load_dataset(path, name, split=split)
+    try: return load_dataset(path, name, split=split)
+    except RuntimeError as e:   # datasets >= 4 refuses loading scripts (CoNLL-2003, OntoNotes, UNER, SuperGLUE...)
+        if 'scripts are no longer supported' not in str(e): raise
+        return load_dataset(path, name, split=split, revision='refs/convert/parquet')
 
 
 def _glue(config, test_split='validation'):
@@ -251,29 +255,57 @@ def _record():
     return dict(train=train, validation=valid, test=convert_record(_hub('super_glue', 'record', 'validation')))
 
 
-def _mteb_retrieval(path, split='test', halve=False):
-    "MTEB-format retrieval (corpus, queries, qrels), the corpus restricted to documents in the evaluated qrels."
-    def load_():
-        qrels_rows = _hub(path, 'default', split)
-        qrels = {}
-        for r in qrels_rows: qrels.setdefault(str(r['query-id']), {})[str(r['corpus-id'])] = int(r['score'])
-        qids = sorted(qrels)
-        parts = {'validation': qids[::2], 'test': qids[1::2]} if halve else {'validation': qids, 'test': qids}
-        queries = {str(r['_id']): r['text'] for r in _hub(path, 'queries', 'queries') if str(r['_id']) in qrels}
-        wanted = {d for q in qrels.values() for d in q}
-        corpus = {str(r['_id']): (f"{r['title']}. {r['text']}" if r.get('title') else r['text'])
-                  for r in _hub(path, 'corpus', 'corpus') if str(r['_id']) in wanted}
+def _id_column(rows) -> str:
+    "MTEB datasets name the id column `_id` (BEIR format) or `id` (newer uploads)."
+    have = list(rows.column_names)
+    for c in ('_id', 'id'):
+        if c in have: return c
+    raise ConfigError(f"retrieval dataset: column '_id' is missing; the dataset has {have}")
+
+
+def _mteb_retrieval(path, test_split='test', valid_split=None, halve=False, lang=None, max_valid=1000):
+    """MTEB-format retrieval (qrels, queries, corpus), each evaluation set's corpus restricted to the documents in its
+    queries' qrels (SPEC §5). Validation: half of the test queries (`halve`, NQ), or up to `max_valid` queries of
+    `valid_split` (seeded sample); never the test queries themselves."""
+    cfg = (lambda c: f'{lang}-{c}') if lang else (lambda c: {'qrels': 'default'}.get(c, c))
+    split_of = (lambda c, s: s) if lang else (lambda c, s: s if c == 'qrels' else c)   # BEIR: split 'queries', 'corpus'
+    def qrels_of(split):
+        rows = _hub(path, cfg('qrels'), split_of('qrels', split))
+        require_columns(rows, ['query-id', 'corpus-id', 'score'], f'{path} qrels')
         out = {}
-        for s, ids in parts.items():
-            docs = {d for q in ids for d in qrels[q]}
-            out[s] = dict(queries={q: queries[q] for q in ids}, corpus={d: corpus[d] for d in docs if d in corpus},
-                          qrels={q: qrels[q] for q in ids})
+        for r in rows: out.setdefault(str(r['query-id']), {})[str(r['corpus-id'])] = int(r['score'])
+        return out
+    def load_():
+        test = qrels_of(test_split)
+        if halve: qids = sorted(test); parts = dict(validation={q: test[q] for q in qids[::2]}, test={q: test[q] for q in qids[1::2]})
+        else:
+            valid = qrels_of(valid_split)
+            keep = sorted(valid) if len(valid) <= max_valid else sorted(np.random.default_rng(42).choice(sorted(valid), max_valid, replace=False))
+            parts = dict(validation={q: valid[q] for q in keep}, test=test)
+        wanted_q = {q for p in parts.values() for q in p}
+        wanted_d = {d for p in parts.values() for rels in p.values() for d in rels}
+        def texts(kind, split, wanted, fmt):
+            rows = _hub(path, cfg(kind), split_of(kind, split))
+            col = _id_column(rows)
+            require_columns(rows, ['text'], f'{path} {kind}')
+            rows = rows.filter(lambda ids: [str(i) in wanted for i in ids], input_columns=col, batched=True)
+            return {str(r[col]): fmt(r) for r in rows}
+        splits = {test_split} | ({valid_split} if valid_split and lang else set())
+        queries, corpus = {}, {}
+        for sp in splits:   # MLDR keeps queries and corpus per split; BEIR has one 'queries' and one 'corpus'
+            queries.update(texts('queries', sp, wanted_q, lambda r: r['text']))
+            corpus.update(texts('corpus', sp, wanted_d, lambda r: f"{r['title']}. {r['text']}" if r.get('title') else r['text']))
+        out = {s: dict(queries={q: queries[q] for q in p if q in queries},
+                       corpus={d: corpus[d] for d in sorted({d for rels in p.values() for d in rels}) if d in corpus},
+                       qrels={q: p[q] for q in p if q in queries}) for s, p in parts.items()}
         return dict(train=[], **out)
     return load_
 
 
 def _msmarco_pairs():
+    "MS MARCO (query, positive passage) training pairs; the triplets' negatives are not used (no hard negatives, SPEC §5)."
     rows = _hub('sentence-transformers/msmarco-co-condenser-margin-mse-sym-mnrl-mean-v1', 'triplet', 'train')
+    require_columns(rows, ['query', 'positive'], 'MS MARCO pairs')
     return dict(train=[dict(query=r['query'], positive=r['positive']) for r in rows], validation=None, test=None)
 
 
@@ -297,9 +329,10 @@ TASKS: dict[str, Task] = {t.name: t for t in [
     Task('squad_v2', 'QA', 'span', _squad('rajpurkar/squad_v2')),
     Task('record', 'QA', 'span', _record),
     Task('msmarco_pairs', 'IR', 'embedding', _msmarco_pairs),
-    Task('msmarco', 'IR', 'embedding', _mteb_retrieval('mteb/msmarco', 'dev'), train_on='msmarco_pairs'),
+    Task('msmarco', 'IR', 'embedding', _mteb_retrieval('mteb/msmarco', 'dev', valid_split='train'), train_on='msmarco_pairs'),
     Task('nq', 'IR', 'embedding', _mteb_retrieval('mteb/nq', 'test', halve=True), train_on='msmarco_pairs'),
-    Task('mldr_en', 'IR', 'embedding', _mteb_retrieval('mteb/MLDR', 'test'), train_on='msmarco_pairs'),
+    Task('mldr_en', 'IR', 'embedding', _mteb_retrieval('mteb/MultiLongDocRetrieval', 'test', valid_split='dev', lang='en'),
+         train_on='msmarco_pairs'),
     # embedded (offline) tasks, one per family; QA and IR are stand-ins built from the corpus
     Task('rt_sentiment', 'SC', 'sequence', embedded_sentiment, ('rotten', 'fresh'), max_length=128),
     Task('tweet_ner', 'TC', 'token', embedded_ner, tuple(TWEET_TAGS), max_length=128),
@@ -324,6 +357,57 @@ def resolve_tasks(spec: str) -> list[str]:
                                 f"or one of {sorted(TASKS)}")
     if not out: raise ConfigError(f'tasks={spec!r} selects no task')
     return list(dict.fromkeys(out))
+
+# %% ../nbs/03_finetune.ipynb #5981340b
+def fake_hub(tables: dict) -> Callable:
+    "A stand-in for `_hub`: `tables[(path, config, split)]` is a `datasets.Dataset`; `split=None` returns a dict of splits."
+    def hub(path, name=None, split=None):
+        if split is None: return {s: d for (p, n, s), d in tables.items() if (p, n) == (path, name)}
+        if (path, name, split) not in tables: raise FileNotFoundError(f'no table {(path, name, split)} in the fake hub')
+        return tables[(path, name, split)]
+    return hub
+
+
+def _fake_hub_tables() -> dict:
+    "One tiny table per hub dataset the registry reads, with the hub's column names and types."
+    from datasets import ClassLabel, Dataset, Features, Value
+    try: from datasets import List          # datasets >= 4
+    except ImportError: from datasets import Sequence as List
+    D = Dataset.from_dict
+    t = {}
+    for sp, n in (('train', 40), ('validation', 6)):
+        t[('nyu-mll/glue', 'sst2', sp)] = D(dict(sentence=[f'film {i}' for i in range(n)], label=[i % 2 for i in range(n)], idx=list(range(n))))
+    t[('nyu-mll/glue', 'mnli', 'train')] = D(dict(premise=['p'] * 20, hypothesis=['h'] * 20, label=[0, 1, 2, 0] * 5, idx=list(range(20))))
+    t[('nyu-mll/glue', 'mnli', 'validation_matched')] = D(dict(premise=['p'], hypothesis=['h'], label=[1], idx=[0]))
+    conll = Features(id=Value('string'), tokens=List(Value('string')), pos_tags=List(Value('int32')),
+                     chunk_tags=List(Value('int32')), ner_tags=List(ClassLabel(names=list(CONLL_TAGS))))
+    for sp in SPLITS:
+        t[('eriktks/conll2003', None, sp)] = D(dict(id=['0'], tokens=[['EU', 'rejects', 'German']], pos_tags=[[1, 2, 3]],
+                                                   chunk_tags=[[1, 2, 3]], ner_tags=[[3, 0, 7]]), features=conll)
+    t[('rajpurkar/squad_v2', None, 'train')] = D(dict(id=['a', 'b'], title=['t', 't'], context=['Paris is big.'] * 2,
+                                                      question=['What is big?', 'What is small?'],
+                                                      answers=[dict(text=['Paris'], answer_start=[0]), dict(text=[], answer_start=[])]))
+    t[('rajpurkar/squad_v2', None, 'validation')] = t[('rajpurkar/squad_v2', None, 'train')]
+    for sp in ('train', 'validation'):
+        t[('super_glue', 'record', sp)] = D(dict(passage=['Alice met Bob. Bob left.'], query=['@placeholder left.'],
+                                                 entities=[['Alice', 'Bob']], entity_spans=[dict(text=['Alice', 'Bob'], start=[0, 10], end=[5, 13])],
+                                                 answers=[['Bob']], idx=[dict(passage=0, query=0)]))
+    # BEIR layout (mteb/nq, mteb/msmarco): qrels in config 'default'; queries and corpus are configs and split names
+    t[('mteb/nq', 'default', 'test')] = D({'query-id': ['q1', 'q2', 'q3', 'q4'], 'corpus-id': ['d1', 'd2', 'd3', 'd4'], 'score': [1] * 4})
+    t[('mteb/nq', 'queries', 'queries')] = D(dict(_id=['q1', 'q2', 'q3', 'q4', 'q9'], text=['a?', 'b?', 'c?', 'd?', 'unjudged?']))
+    t[('mteb/nq', 'corpus', 'corpus')] = D(dict(_id=['d1', 'd2', 'd3', 'd4', 'd9'], title=['A', 'B', 'C', 'D', 'Z'], text=['a', 'b', 'c', 'd', 'z']))
+    for sp, q in (('train', 'q7'), ('dev', 'q8')):
+        t[('mteb/msmarco', 'default', sp)] = D({'query-id': [q], 'corpus-id': ['d' + q[1]], 'score': [1]})
+    t[('mteb/msmarco', 'queries', 'queries')] = D(dict(_id=['q7', 'q8'], text=['seven?', 'eight?']))
+    t[('mteb/msmarco', 'corpus', 'corpus')] = D(dict(_id=['d7', 'd8', 'd9'], title=['', '', ''], text=['7', '8', '9']))
+    # MLDR (mteb/MultiLongDocRetrieval): '{lang}-qrels/queries/corpus' configs, split per evaluation split, column 'id'
+    for sp, q in (('dev', 'q5'), ('test', 'q6')):
+        t[('mteb/MultiLongDocRetrieval', 'en-qrels', sp)] = D({'query-id': [q], 'corpus-id': ['d' + q[1]], 'score': [1]})
+        t[('mteb/MultiLongDocRetrieval', 'en-queries', sp)] = D(dict(id=[q], text=[f'query {q}']))
+        t[('mteb/MultiLongDocRetrieval', 'en-corpus', sp)] = D(dict(id=['d5', 'd6', 'd7'], text=['long 5', 'long 6', 'long 7']))
+    t[('sentence-transformers/msmarco-co-condenser-margin-mse-sym-mnrl-mean-v1', 'triplet', 'train')] = D(
+        dict(query=['q'], positive=['p'], negative=['n']))
+    return t
 
 # %% ../nbs/03_finetune.ipynb #db916b53
 def _ids(tok, text: str) -> list[int]:
@@ -491,14 +575,17 @@ def _forward_batches(model, feats, pad_id, device, bs=64, autocast=None):
 
 
 @torch.no_grad()
-def evaluate(task: Task, model, examples, tok, max_length: int, device, autocast) -> float:
+def evaluate(task: Task, model, examples, tok, max_length: int, device, autocast,
+             all_metrics: bool = False,   # return a dict: {'score': ...} plus 'exact_match' for QA
+            ) -> float | dict:
     "The task's metric on `examples` (fraction)."
     model.eval()
     pad_id = tok.pad_token_id
     if task.kind == 'sequence':
         feats = encode_sequence(examples, tok, max_length)
         preds = torch.cat([o.argmax(-1).cpu() for _, o in _forward_batches(model, feats, pad_id, device, autocast=autocast)])
-        return float((preds == torch.tensor([e['label'] for e in examples])).float().mean())
+        acc = float((preds == torch.tensor([e['label'] for e in examples])).float().mean())
+        return dict(score=acc) if all_metrics else acc
     if task.kind == 'token':
         feats = encode_tokens(examples, tok, max_length)
         true, pred = [], []
@@ -508,7 +595,8 @@ def evaluate(task: Task, model, examples, tok, max_length: int, device, autocast
             for i in range(len(p)):
                 keep = lab[i] != -100
                 true.append([names[t] for t in lab[i][keep].tolist()]); pred.append([names[t] for t in p[i][keep].tolist()])
-        return entity_f1(true, pred)
+        f1 = entity_f1(true, pred)
+        return dict(score=f1) if all_metrics else f1
     if task.kind == 'span':
         feats = encode_spans(examples, tok, max_length)
         allow_null = any(not e['answers']['text'] for e in examples)
@@ -532,7 +620,10 @@ def evaluate(task: Task, model, examples, tok, max_length: int, device, autocast
                     if allow_null and null > score: score, text = null, ''
                 else: score = null
                 if f['example'] not in best or score > best[f['example']][0]: best[f['example']] = (score, text)
-        return float(np.mean([squad_f1(best.get(i, (0, ''))[1], e['answers']['text']) for i, e in enumerate(examples)]))
+        preds = [best.get(i, (0, ''))[1] for i in range(len(examples))]
+        f1 = float(np.mean([squad_f1(p, e['answers']['text']) for p, e in zip(preds, examples)]))
+        if not all_metrics: return f1
+        return dict(score=f1, exact_match=float(np.mean([squad_em(p, e['answers']['text']) for p, e in zip(preds, examples)])))
     # retrieval: embed the queries and the (qrels-restricted) corpus, rank by cosine
     qids, dids = list(examples['queries']), list(examples['corpus'])
     def embed(texts, prefix):
@@ -542,7 +633,8 @@ def evaluate(task: Task, model, examples, tok, max_length: int, device, autocast
     sims = q @ d.T
     top = sims.topk(min(10, len(dids)), dim=-1)
     scores = {qid: {dids[j]: float(v) for v, j in zip(top.values[i], top.indices[i])} for i, qid in enumerate(qids)}
-    return ndcg_at_10(scores, examples['qrels'])
+    ndcg = ndcg_at_10(scores, examples['qrels'])
+    return dict(score=ndcg) if all_metrics else ndcg
 
 # %% ../nbs/03_finetune.ipynb #fdf48803
 def _load_base(cfg: FinetuneConfig):
@@ -553,8 +645,20 @@ def _load_base(cfg: FinetuneConfig):
         return build_model('tiny', vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                            pad_token_id=tok.pad_token_id, mask_token_id=tok.mask_token_id), tok
     folder = Path(cfg.checkpoint)
-    tok = load_tokenizer(str(folder) if (folder/'tokenizer_config.json').is_file() else 'embedded')
+    if folder.is_dir():   # a pretraining checkpoint carries its tokenizer; an older one without it used the embedded BPE
+        tok = load_tokenizer(str(folder) if (folder/'tokenizer_config.json').is_file() else 'embedded')
+    else: tok = load_tokenizer(cfg.checkpoint)   # a hub id: its own tokenizer
     return load(cfg.checkpoint), tok
+
+
+def cap_eval(examples, n: int | None):
+    "The first `n` evaluation examples; for retrieval, the first `n` queries and the documents of their qrels."
+    if n is None: return examples
+    if not isinstance(examples, dict): return examples[:n]
+    qids = list(examples['qrels'])[:n]
+    docs = {d for q in qids for d in examples['qrels'][q]}
+    return dict(queries={q: examples['queries'][q] for q in qids}, qrels={q: examples['qrels'][q] for q in qids},
+                corpus={d: t for d, t in examples['corpus'].items() if d in docs})
 
 
 def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: float, seed: int,
@@ -578,7 +682,7 @@ def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: 
                             lr=lr, betas=(0.9, 0.95), eps=1e-5, fused=device.type == 'cuda')
     sched = get_linear_schedule_with_warmup(opt, num_warmup_steps=max(1, round(0.1 * steps)), num_training_steps=steps)
     order = np.random.default_rng(seed).permutation(len(feats))
-    cap = lambda ex: ex if (cfg.max_eval_examples is None or isinstance(ex, dict)) else ex[:cfg.max_eval_examples]
+    cap = lambda ex: cap_eval(ex, cfg.max_eval_examples)
     def validate():
         return float(np.mean([evaluate(t, model, cap(data[t.name]['validation']), tok, max_length, device, autocast)
                               for t in eval_tasks]))
@@ -599,29 +703,46 @@ def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: 
     model.load_state_dict(best[2])
     results = []
     for t in eval_tasks:
-        val = evaluate(t, model, cap(data[t.name]['validation']), tok, max_length, device, autocast)
-        test = evaluate(t, model, cap(data[t.name]['test']), tok, max_length, device, autocast)
-        results.append(dict(dataset=t.name, family=t.family, val_score=val, test_score=test, best_step=best[1], steps=steps))
+        val = evaluate(t, model, cap(data[t.name]['validation']), tok, max_length, device, autocast, all_metrics=True)
+        test = evaluate(t, model, cap(data[t.name]['test']), tok, max_length, device, autocast, all_metrics=True)
+        row = dict(dataset=t.name, family=t.family, val_score=val.pop('score'), test_score=test.pop('score'),
+                   best_step=best[1], steps=steps)
+        row.update({f'val_{k}': v for k, v in val.items()}, **{f'test_{k}': v for k, v in test.items()})   # QA: exact match
+        results.append(row)
     for r in results: r['wall_time_s'] = round(time.perf_counter() - t0, 2)
     if cfg.save_retriever and task.kind == 'embedding':
-        save_sentence_transformer(model, tok, Path(cfg.save_retriever)/f'{task.name}-lr{lr:g}-sd{seed}')
+        save_sentence_transformer(model, tok, Path(cfg.save_retriever)/f'{task.name}-lr{lr:g}-sd{seed}', max_length)
     return results
 
 # %% ../nbs/03_finetune.ipynb #db73794a
-def save_sentence_transformer(model: TaskModel, tok, folder: str | Path) -> Path:
-    "Save an embedding `TaskModel` as a SentenceTransformer folder (Llama layout, mean pooling)."
+def st_tokenizer(tok):
+    "A copy of `tok` that adds BOS and EOS around every text (what `encode_texts` does by hand)."
+    from tokenizers.processors import TemplateProcessing
+    tok = copy.deepcopy(tok)
+    bos, eos = tok.bos_token, tok.eos_token
+    tok._tokenizer.post_processor = TemplateProcessing(
+        single=f'{bos} $A {eos}', pair=f'{bos} $A {eos} $B:1 {eos}:1',
+        special_tokens=[(bos, tok.bos_token_id), (eos, tok.eos_token_id)])
+    return tok
+
+
+def save_sentence_transformer(model: TaskModel, tok, folder: str | Path,
+                              max_length: int = 2027,   # `max_seq_length` of the saved model (tokens, BOS/EOS included)
+                             ) -> Path:
+    "Save an embedding `TaskModel` as a SentenceTransformer folder (Llama layout, bidirectional, mean pooling)."
     from mlmclm.model import Transformer
     folder = Path(folder)
     base = Transformer(dataclasses.replace(model.config, is_causal=False))
     base.model.load_state_dict(model.model.state_dict())
-    save(base, folder, tokenizer=tok, is_causal=False)
+    save(base, folder, tokenizer=st_tokenizer(tok), is_causal=False)
     from safetensors.torch import load_file, save_file
     body = {k: v for k, v in load_file(str(folder/'model.safetensors')).items() if not k.startswith('lm_head.')}
-    save_file(body, str(folder/'model.safetensors'), metadata={'format': 'pt'})   # an encoder needs no LM head
+    with atomic_path(folder/'model.safetensors') as tmp:   # an encoder needs no LM head
+        save_file(body, str(tmp), metadata={'format': 'pt'})
     atomic_write_json(folder/'modules.json', [
         dict(idx=0, name='0', path='', type='sentence_transformers.models.Transformer'),
         dict(idx=1, name='1', path='1_Pooling', type='sentence_transformers.models.Pooling')])
-    atomic_write_json(folder/'sentence_bert_config.json', dict(max_seq_length=512, do_lower_case=False))
+    atomic_write_json(folder/'sentence_bert_config.json', dict(max_seq_length=max_length, do_lower_case=False))
     atomic_write_json(folder/'1_Pooling'/'config.json', dict(word_embedding_dimension=model.config.hidden_size,
                                                               pooling_mode_mean_tokens=True, pooling_mode_cls_token=False,
                                                               pooling_mode_max_tokens=False, include_prompt=True))
@@ -656,7 +777,7 @@ def _default_name(cfg: FinetuneConfig) -> str:
 
 def finetune_sweep(cfg: FinetuneConfig) -> Path:
     "Fine-tune `cfg.checkpoint` on every task × LR × seed not yet in the results store; returns the store's path."
-    from importlib.metadata import version
+    from mlmclm import __version__   # also right in a source checkout that is not pip-installed
     from tqdm.auto import tqdm
     tasks, lrs, seeds = check_finetune_config(cfg)
     results = Path(cfg.results or project_root()/'runs'/'finetune'/'results.jsonl')
@@ -673,7 +794,7 @@ def finetune_sweep(cfg: FinetuneConfig) -> Path:
     base, tok = _load_base(cfg)
     data = {}
     meta = dict(checkpoint=cfg.checkpoint, checkpoint_name=name, config_hash=config_hash(cfg),
-                mlmclm_version=version('mlmclm'), source='ours', **_checkpoint_meta(cfg))
+                mlmclm_version=__version__, source='ours', **_checkpoint_meta(cfg))
     def with_labels(t):   # tag names the dataset itself carries replace the registry's
         return dataclasses.replace(t, labels=data[t.name]['labels']) if 'labels' in data[t.name] else t
     for tr, evals, lr, seed in tqdm(todo, desc=f'fine-tune {name}', unit='run', disable=not cfg.progress):

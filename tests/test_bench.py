@@ -1,17 +1,62 @@
-"""The benchmark's command line: ours vs Hugging Face in one run, last line `ratio=...`."""
+"""The benchmark's command line end to end: ours vs Hugging Face in one run, last line `ratio=...`, results on disk."""
 import json
 import subprocess
 import sys
 
+import torch
+
 from mlmclm.core import project_root
+from mlmclm.bench import bench_config, bench_loss, make_batches
+from mlmclm.model import build_model
+
+SMALL = ['--size', 'tiny', '--batch-size', '2', '--seq-len', '32', '--steps', '1', '--reps', '2', '--warmup', '1']
 
 
-def test_bench_cli_prints_ratio_and_writes_results(tmp_path):
-    out = subprocess.run([sys.executable, '-m', 'mlmclm.bench', '--size', 'tiny', '--objective', 'mlm',
-                          '--batch-size', '4', '--seq-len', '64', '--steps', '2', '--reps', '1'],
-                         capture_output=True, text=True, cwd=project_root(), timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    last = out.stdout.strip().splitlines()[-1]
-    assert last.startswith('ratio=') and float(last.split('=')[1]) > 0
-    row = json.loads((project_root()/'runs'/'bench'/'tiny-mlm-hf.json').read_text())
-    assert row['ours_tokens_per_s'] > 0 and row['baseline_tokens_per_s'] > 0 and row['pipeline_tokens_per_s'] > 0
+def _bench(*args, out):
+    return subprocess.run([sys.executable, '-m', 'mlmclm.bench', *SMALL, '--out', str(out), *args],
+                          capture_output=True, text=True, cwd=project_root(), timeout=300)
+
+
+def test_cli_clm_against_hf_prints_ratio_and_writes_results(tmp_path):
+    run = _bench('--objective', 'clm', out=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.strip().splitlines()
+    assert lines[-1].startswith('ratio=') and float(lines[-1].split('=')[1]) > 0
+    result = json.loads((tmp_path/'tiny-clm-hf.json').read_text())
+    assert [s['side'] for s in result['sides']] == ['ours', 'ours+docs', 'hf']
+    assert result['pipeline']['pipeline_tokens_per_s'] > 0 and result['finetune']['examples_per_s'] > 0
+    assert result['embedding']['ours_examples_per_s'] > 0
+    assert float(lines[-1].split('=')[1]) == round(result['ratio'], 3)
+    csv = (tmp_path/'tiny-clm-hf.csv').read_text().splitlines()
+    assert csv[0].startswith('size,objective,baseline') and len(csv) == 4
+    assert (tmp_path/'tiny-clm-hf.png').read_bytes()[:4] == b'\x89PNG'
+
+
+def test_cli_mlm_sparse_against_dense_head_with_chunked_loss(tmp_path):
+    run = _bench('--objective', 'mlm', '--baseline', 'dense-head', '--no-extras', '--no-documents', '--ce-chunk', '16',
+                 out=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1].startswith('ratio=')
+    result = json.loads((tmp_path/'tiny-mlm-dense-head.json').read_text())
+    assert [s['side'] for s in result['sides']] == ['ours', 'dense-head'] and result['options']['ce_chunk'] == 16
+
+
+def test_cli_refuses_bad_arguments(tmp_path):
+    run = _bench('--objective', 'clm', '--baseline', 'dense-head', out=tmp_path)
+    assert run.returncode != 0 and "baseline='dense-head' compares MLM heads" in run.stderr
+    run = _bench('--size', '7b', out=tmp_path)
+    assert run.returncode == 2 and 'invalid choice' in run.stderr
+
+
+def test_chunked_loss_trains_like_the_plain_loss():
+    "Three AdamW steps with the chunked cross-entropy leave the same weights as with the trainer's loss."
+    cfg = bench_config('tiny')
+    batches = make_batches(cfg, 'mlm', batch_size=2, seq_len=48, n=3)
+    weights = []
+    for chunk in (0, 20):
+        torch.manual_seed(0); model = build_model(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for b in batches:
+            bench_loss(model, b, sparse_head=True, ce_chunk=chunk).backward(); opt.step(); opt.zero_grad()
+        weights.append(model.state_dict())
+    assert max((weights[0][k] - weights[1][k]).abs().max().item() for k in weights[0]) < 1e-5

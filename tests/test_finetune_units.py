@@ -1,0 +1,85 @@
+"""Fine-tuning pieces without papermill: the hub loaders on in-memory datasets with the hub's columns, resumable
+results, and the SentenceTransformer export of a trained retriever."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mlmclm.finetune as ft
+from mlmclm.core import ConfigError, read_jsonl
+
+
+@pytest.fixture(autouse=True, scope='module')
+def one_thread():
+    "The tiny model trains faster on one thread, and a shared CI box is not oversubscribed."
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    tables = ft._fake_hub_tables()
+    monkeypatch.setattr(ft, '_hub', ft.fake_hub(tables))
+    return tables
+
+
+def test_hub_loaders_follow_the_split_protocol(fake_hub):
+    sst = ft.TASKS['sst2'].load()
+    assert (len(sst['train']), len(sst['validation']), len(sst['test'])) == (38, 2, 6)
+    assert ft.TASKS['conll2003_en'].load()['labels'] == ft.CONLL_TAGS
+    nq = ft.TASKS['nq'].load()
+    assert not set(nq['validation']['queries']) & set(nq['test']['queries'])      # NQ halves do not overlap
+    assert set(nq['test']['corpus']) == {d for q in nq['test']['qrels'].values() for d in q}
+    mldr = ft.TASKS['mldr_en'].load()
+    assert list(mldr['validation']['queries']) == ['q5'] and list(mldr['test']['queries']) == ['q6']
+
+
+@pytest.mark.parametrize('key, column, task, message', [
+    (('nyu-mll/glue', 'sst2', 'train'), 'label', 'sst2', "column 'label' is missing"),
+    (('eriktks/conll2003', None, 'train'), 'ner_tags', 'conll2003_en', "column 'ner_tags' is missing"),
+    (('rajpurkar/squad_v2', None, 'train'), 'answers', 'squad_v2', "column 'answers' is missing"),
+    (('mteb/nq', 'default', 'test'), 'corpus-id', 'nq', "column 'corpus-id' is missing"),
+    (('mteb/nq', 'corpus', 'corpus'), '_id', 'nq', "column '_id' is missing"),
+])
+def test_schema_drift_names_the_missing_column(monkeypatch, key, column, task, message):
+    tables = ft._fake_hub_tables()
+    drop = [k for k in tables if k[:2] == key[:2]] if key[0] == 'eriktks/conll2003' else [key]   # CoNLL loads all splits
+    for k in drop: tables[k] = tables[k].remove_columns(column)
+    monkeypatch.setattr(ft, '_hub', ft.fake_hub(tables))
+    with pytest.raises(ConfigError, match=message): ft.TASKS[task].load()
+
+
+def test_a_failed_run_leaves_no_row_and_the_sweep_resumes(monkeypatch, tmp_path):
+    cfg = ft.FinetuneConfig(tasks='rt_sentiment', lrs='1e-3', seeds='0,1', max_steps=2, eval_every=1, batch_size=4,
+                            micro_batch_size=4, max_eval_examples=8, results=str(tmp_path/'r.jsonl'), progress=False)
+    real, calls = ft.finetune_run, []
+    def dies_on_second(*a, **k):
+        calls.append(1)
+        if len(calls) == 2: raise KeyboardInterrupt('killed')
+        return real(*a, **k)
+    monkeypatch.setattr(ft, 'finetune_run', dies_on_second)
+    with pytest.raises(KeyboardInterrupt): ft.finetune_sweep(cfg)
+    assert [r['seed'] for r in read_jsonl(cfg.results)] == [0]
+    monkeypatch.setattr(ft, 'finetune_run', real)
+    ft.finetune_sweep(cfg)
+    assert sorted(r['seed'] for r in read_jsonl(cfg.results)) == [0, 1]
+
+
+def test_trained_retriever_loads_in_sentence_transformers(tmp_path):
+    from sentence_transformers import SentenceTransformer
+    cfg = ft.FinetuneConfig(tasks='corpus_retrieval', lrs='1e-3', seeds='0', max_steps=2, eval_every=2, batch_size=8,
+                            micro_batch_size=8, max_eval_examples=8, results=str(tmp_path/'r.jsonl'),
+                            save_retriever=str(tmp_path/'st'), progress=False)
+    ft.finetune_sweep(cfg)
+    folder = tmp_path/'st'/'corpus_retrieval-lr0.001-sd0'
+    st = SentenceTransformer(str(folder), device='cpu')
+    model = ft.load(folder)   # the same folder is also a plain mlmclm / Llama checkpoint (bidirectional)
+    tok = ft.load_tokenizer('embedded')
+    emb = ft.TaskModel(model, 'embedding').eval()
+    texts = ['Query: what light through yonder window breaks', 'Document: It is the east, and Juliet is the sun.']
+    with torch.no_grad():
+        ours = torch.cat([emb(torch.tensor([f['input_ids']])) for f in ft.encode_texts(texts, tok, 128, '')])
+    theirs = st.encode(texts, convert_to_tensor=True)            # plain sentence-transformers, padded batch
+    assert F.cosine_similarity(ours, theirs, dim=-1).min().item() > 1 - 1e-5
+    assert st.max_seq_length == ft.TASKS['corpus_retrieval'].max_length
