@@ -15,18 +15,17 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 from .core import atomic_path, atomic_write_json, atomic_write_text, pick_device, project_root, seed_everything
-from .model import MODEL_SIZES, TaskModel, Transformer, build_model, model_config, to_llama_config_dict
+from .model import MODEL_SIZES, TaskModel, Transformer, build_model, default_backend, model_config, to_llama_config_dict
 from .data import embedded_documents, load_tokenizer, packed_rows, pipeline_throughput, tokenize
-from .pretrain import IGNORE, Phase, device_peak_flops, flops_per_token, lm_loss, make_batch
+from .pretrain import IGNORE, Phase, chunked_cross_entropy, device_peak_flops, flops_per_token, lm_loss, make_batch
 
 # %% auto #0
-__all__ = ['BENCH_SHAPES', 'SIZES', 'FLOP_CONVENTION', 'bench_config', 'make_batches', 'hf_model', 'hf_loss',
-           'chunked_cross_entropy', 'bench_loss', 'ce_peak_memory', 'Side', 'time_sides', 'fast_defaults', 'benchmark',
-           'pipeline_headroom', 'finetune_throughput', 'embedding_throughput', 'ablation_variants', 'ablation',
-           'results_table', 'write_results', 'main']
+__all__ = ['BENCH_SHAPES', 'SIZES', 'FLOP_CONVENTION', 'bench_config', 'make_batches', 'hf_model', 'hf_loss', 'bench_loss',
+           'ce_peak_memory', 'Side', 'time_sides', 'fast_defaults', 'benchmark', 'pipeline_headroom',
+           'finetune_throughput', 'embedding_throughput', 'ablation_variants', 'ablation', 'results_table',
+           'write_results', 'main']
 
 # %% ../nbs/06_bench.ipynb #87d45145
 BENCH_SHAPES = {'30m': dict(MODEL_SIZES['tiny'], hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
@@ -89,36 +88,12 @@ def hf_loss(model, batch: dict) -> torch.Tensor:
 def _no_documents(batch: dict) -> dict: return {**batch, 'document_ids': None}
 
 # %% ../nbs/06_bench.ipynb #0c3c32a4
-def _ce_sum(h, w, y):   # h: (n, hidden), w: (V, hidden), y: (n,)
-    return F.cross_entropy(F.linear(h, w).float(), y, ignore_index=IGNORE, reduction='sum')
-
-
-def chunked_cross_entropy(hidden: torch.Tensor,  # (..., hidden) final hidden states
-                          weight: torch.Tensor,  # (V, hidden) the LM head
-                          labels: torch.Tensor,  # (...) targets, IGNORE where no loss is taken
-                          chunk: int = 4096,     # positions per chunk: the (chunk, V) logits are all that is alive
-                         ) -> torch.Tensor:      # scalar: mean over labelled positions, as `F.cross_entropy`
-    "Cross-entropy of `hidden @ weight.T` against `labels`, computed and recomputed chunk by chunk."
-    if chunk < 1: raise ValueError(f'chunk={chunk} must be >= 1')
-    hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)   # (n, hidden), (n,)
-    total = hidden.new_zeros((), dtype=torch.float32)
-    for s in range(0, labels.numel(), chunk):
-        total = total + checkpoint(_ce_sum, hidden[s:s + chunk], weight, labels[s:s + chunk], use_reentrant=False)
-    return total / (labels != IGNORE).sum().clamp(min=1)
-
-
 def bench_loss(model, batch: dict,
                sparse_head: bool = True,  # MLM: LM head only at masked positions
-               ce_chunk: int = 0,         # positions per chunk of `chunked_cross_entropy`; 0: the trainer's `lm_loss`
+               ce_chunk: int = 0,         # positions per chunk of the trainer's `chunked_cross_entropy`; 0: plain loss
               ) -> torch.Tensor:
-    "The trainer's loss (`lm_loss`), or the same loss with the chunked cross-entropy."
-    if not ce_chunk: return lm_loss(model, batch, sparse_head)[0]
-    labels = batch['labels']                                                        # (B, T)
-    h = model.model(batch['input_ids'], None, batch['is_causal'], batch['document_ids'])   # (B, T, hidden)
-    if sparse_head and not batch['is_causal']:
-        sel = labels != IGNORE
-        h, labels = h[sel], labels[sel]                                             # (n_masked, hidden), (n_masked,)
-    return chunked_cross_entropy(h, model.lm_head.weight, labels, ce_chunk)
+    "The trainer's loss (`mlmclm.pretrain.lm_loss`): what the benchmark times is exactly what the trainer runs."
+    return lm_loss(model, batch, sparse_head, ce_chunk)[0]
 
 # %% ../nbs/06_bench.ipynb #8aed3f09
 def ce_peak_memory(tokens: int = 2048,   # positions in the loss
@@ -223,14 +198,8 @@ def time_sides(sides: list[Side],   # the contestants; the last is the baseline 
 def fast_defaults(device) -> dict:
     "The fast path's options on `device`: everything on a CUDA GPU, nothing but the sparse head on CPU."
     cuda = torch.device(device).type == 'cuda'
-    flash = False
-    if cuda:
-        try:
-            import flash_attn  # noqa: F401
-            flash = True
-        except ImportError: pass
     return dict(bf16=cuda and torch.cuda.is_bf16_supported(), fused=cuda, compile=cuda,
-                attn_backend='flash' if flash else 'sdpa', sparse_head=True, ce_chunk=0, grad_ckpt=False)
+                attn_backend=default_backend(device), sparse_head=True, ce_chunk=0, grad_ckpt=False)
 
 
 def _device_name(dev): return torch.cuda.get_device_name(dev) if dev.type == 'cuda' else f'cpu ({torch.get_num_threads()} threads)'

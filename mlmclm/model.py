@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import json
 import math
 from dataclasses import dataclass
@@ -21,10 +23,10 @@ from .core import ConfigError, atomic_path, atomic_write_json, build_config, par
 
 # %% auto #0
 __all__ = ['MODEL_SIZES', 'HEAD_KINDS', 'SUPPORTED_MODEL_TYPES', 'ModelConfig', 'model_config', 'RMSNorm', 'MLP', 'Rotary',
-           'rotate_half', 'apply_rope', 'allowed_attention', 'Attention', 'Block', 'document_positions', 'Body',
-           'Output', 'Transformer', 'build_model', 'mean_pool', 'TaskModel', 'to_llama_config_dict', 'save',
-           'config_from_hf', 'check_checkpoint', 'load', 'parity_error', 'LlamaForMaskedLM',
-           'register_with_transformers']
+           'rotate_half', 'apply_rope', 'allowed_attention', 'varlen_layout', 'reference_varlen', 'varlen_kernel',
+           'default_backend', 'Attention', 'Block', 'document_positions', 'Body', 'Output', 'Transformer',
+           'build_model', 'mean_pool', 'TaskModel', 'to_llama_config_dict', 'save', 'config_from_hf',
+           'check_checkpoint', 'load', 'parity_error', 'LlamaForMaskedLM', 'register_with_transformers']
 
 # %% ../nbs/01_model.ipynb #fbeb67a8
 @dataclass
@@ -152,26 +154,82 @@ def allowed_attention(is_causal: bool,                          # queries see on
     return allowed
 
 # %% ../nbs/01_model.ipynb #2ad52d7c
-def _flash_varlen(q, k, v, is_causal, attention_mask, document_ids):
-    "flash-attn over unpadded tokens; q: (B, T, H, D), k/v: (B, T, H_kv, D) -> (B, T, H, D)."
-    from flash_attn import flash_attn_varlen_func
+def varlen_layout(B: int, T: int,                              # batch rows, row length
+                  attention_mask: torch.Tensor | None = None,  # (B, T): 1 real token, 0 padding
+                  document_ids: torch.Tensor | None = None,    # (B, T): one id per packed document
+                  device=None) -> dict:
+    """Where the variable-length kernels find each document among the flattened `(B*T)` tokens: `keep` (the real
+    tokens' flat positions; None when nothing is padded), `cu_seqlens` `(n_docs + 1,)` int32 offsets into the kept
+    tokens, and `max_len`, an upper bound on a document's length (T: no host sync, no recompilation)."""
+    keep = None if attention_mask is None else attention_mask.bool().flatten()            # (B*T,)
+    rows = torch.arange(B, device=device).repeat_interleave(T)                             # (B*T,) row of each token
+    docs = torch.zeros(B * T, dtype=torch.long, device=device) if document_ids is None else document_ids.flatten()
+    if keep is not None: rows, docs = rows[keep], docs[keep]                               # (n_tokens,)
+    # a document starts at each change of (row, document) among the kept tokens, whatever the padding layout
+    starts = torch.ones_like(rows, dtype=torch.bool)
+    starts[1:] = (rows[1:] != rows[:-1]) | (docs[1:] != docs[:-1])
+    first = starts.nonzero().flatten()
+    cu_seqlens = torch.cat([first, first.new_tensor([starts.numel()])]).to(torch.int32)   # (n_docs + 1,)
+    return dict(keep=keep, cu_seqlens=cu_seqlens, max_len=T)
+
+
+def reference_varlen(q, k, v, cu_seqlens, max_len, causal):
+    "A varlen kernel in plain PyTorch (one SDPA call per document): slow, for checking the fast kernels anywhere."
+    out = []
+    for s, e in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist()):
+        qs, ks, vs = (t[s:e].transpose(0, 1) for t in (q, k, v))                          # (H or H_kv, len, D)
+        out.append(F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal,
+                                                  enable_gqa=ks.shape[0] != qs.shape[0]).transpose(0, 1))
+    return torch.cat(out)                                                                  # (n_tokens, H, D)
+
+
+@functools.lru_cache(maxsize=None)
+def varlen_kernel():
+    """The fast variable-length attention kernel, `(q, k, v, cu_seqlens, max_len, causal) -> out` over flattened
+    tokens (`(n, H, D)`, `(n, H_kv, D)`): flash-attn's when it is installed, else PyTorch's own flash kernel
+    (`torch.nn.attention.varlen`, CUDA); None when neither exists."""
+    try:
+        from flash_attn import flash_attn_varlen_func
+        return lambda q, k, v, cu, max_len, causal: flash_attn_varlen_func(q, k, v, cu, cu, max_len, max_len,
+                                                                           causal=causal)
+    except ImportError: pass
+    try: from torch.nn.attention.varlen import varlen_attn
+    except ImportError: return None
+    # its keywords moved between releases: causality was `is_causal`, later `window_size`; GQA came later
+    params = inspect.signature(varlen_attn).parameters
+    def torch_varlen(q, k, v, cu, max_len, causal):
+        kw = {}
+        if 'window_size' in params: kw['window_size'] = (-1, 0) if causal else (-1, -1)
+        else: kw['is_causal'] = causal
+        if k.shape[1] != q.shape[1]:
+            if 'enable_gqa' in params: kw['enable_gqa'] = True
+            else: k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+        return varlen_attn(q, k, v, cu, cu, max_len, max_len, **kw)
+    return torch_varlen
+
+
+def default_backend(device) -> str:
+    "'flash' on a CUDA GPU that runs FlashAttention (sm80+) when a variable-length kernel exists, else 'sdpa'."
+    device = torch.device(device)
+    if device.type != 'cuda' or varlen_kernel() is None: return 'sdpa'
+    return 'flash' if torch.cuda.get_device_capability(device) >= (8, 0) else 'sdpa'
+
+def _varlen(q, k, v, is_causal, layout, kernel):
+    "Variable-length attention; q: (B, T, H, D), k/v: (B, T, H_kv, D) -> (B, T, H, D)."
     B, T = q.shape[:2]
-    keep = torch.ones(B, T, dtype=torch.bool, device=q.device) if attention_mask is None else attention_mask.bool()
-    docs = torch.zeros(B, T, dtype=torch.long, device=q.device) if document_ids is None else document_ids
-    # a new sequence starts at every row start and every document change
-    starts = torch.ones_like(keep)
-    starts[:, 1:] = docs[:, 1:] != docs[:, :-1]
-    starts = starts[keep]                                                   # (n_tokens,)
-    lengths = torch.diff(torch.cat([starts.nonzero().flatten(), starts.new_tensor([starts.numel()], dtype=torch.long)]))
-    cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))        # (n_docs + 1,)
-    out = flash_attn_varlen_func(q[keep], k[keep], v[keep], cu_seqlens, cu_seqlens,
-                                 int(lengths.max()), int(lengths.max()), causal=is_causal)  # (n_tokens, H, D)
-    full = q.new_zeros(q.shape)
+    flat = [t.reshape(B * T, *t.shape[2:]) for t in (q, k, v)]                              # (B*T, heads, D)
+    keep = layout['keep']
+    if keep is not None: flat = [t[keep] for t in flat]                                     # (n_tokens, heads, D)
+    out = kernel(*flat, layout['cu_seqlens'], layout['max_len'], is_causal)                # (n_tokens, H, D)
+    if keep is None: return out.view(B, T, *out.shape[1:])
+    full = out.new_zeros(B * T, *out.shape[1:])
     full[keep] = out
-    return full
+    return full.view(B, T, *out.shape[1:])
 
 
 class Attention(nn.Module):
+    varlen_impl = None   # the 'flash' backend's kernel; None: `varlen_kernel()` (tests plug in `reference_varlen`)
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
@@ -182,7 +240,8 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=bias)
 
-    def forward(self, x, cos, sin, is_causal: bool, attention_mask=None, document_ids=None, allowed=None):
+    def forward(self, x, cos, sin, is_causal: bool, allowed=None):
+        "`allowed`: the SDPA/eager boolean mask, or for 'flash' the `varlen_layout` (None: every pair allowed)."
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = self.k_proj(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)     # (B, H_kv, T, D)
@@ -190,9 +249,11 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         backend = self.cfg.attn_backend
         if backend == 'flash':
-            y = _flash_varlen(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                              is_causal, attention_mask, document_ids)               # (B, T, H, D)
-            return self.o_proj(y.reshape(B, T, -1))
+            kernel = self.varlen_impl or varlen_kernel()
+            if kernel is None: raise RuntimeError("attn_backend='flash' needs flash-attn or torch.nn.attention.varlen")
+            layout = allowed or varlen_layout(B, T, device=x.device)
+            y = _varlen(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal, layout, kernel)
+            return self.o_proj(y.reshape(B, T, -1))                                 # (B, T, hidden)
         if backend == 'sdpa':
             # a plain causal call lets SDPA pick its fastest kernel; any other pattern goes as an explicit mask.
             # GQA without copying keys/values: SDPA maps each query head to its key/value head itself.
@@ -218,8 +279,8 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, is_causal, attention_mask, document_ids, allowed):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, is_causal, attention_mask, document_ids, allowed)
+    def forward(self, x, cos, sin, is_causal, allowed):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, is_causal, allowed)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -258,15 +319,16 @@ class Body(nn.Module):
                             else torch.arange(T, device=input_ids.device)[None])
         x = self.embed_tokens(input_ids)                                            # (B, T, hidden)
         cos, sin = self.rotary(position_ids)                                        # (B, T, head_dim) each
-        allowed = None
-        if self.config.attn_backend != 'flash' and (attention_mask is not None or document_ids is not None):
+        allowed = None   # who attends to whom, worked out once for all layers
+        if self.config.attn_backend == 'flash':
+            allowed = varlen_layout(B, T, attention_mask, document_ids, device=input_ids.device)
+        elif attention_mask is not None or document_ids is not None:
             allowed = allowed_attention(is_causal, T, attention_mask, document_ids, device=input_ids.device)
         for block in self.layers:
             if self.gradient_checkpointing and self.training:
-                x = torch.utils.checkpoint.checkpoint(block, x, cos, sin, is_causal, attention_mask, document_ids,
-                                                      allowed, use_reentrant=False)
+                x = torch.utils.checkpoint.checkpoint(block, x, cos, sin, is_causal, allowed, use_reentrant=False)
             else:
-                x = block(x, cos, sin, is_causal, attention_mask, document_ids, allowed)
+                x = block(x, cos, sin, is_causal, allowed)
         return self.norm(x)
 
 
@@ -292,8 +354,11 @@ class Transformer(nn.Module):
 
     def forward(self, input_ids, attention_mask=None, is_causal: bool = False, document_ids=None, position_ids=None,
                 logits_mask: torch.Tensor | None = None,  # (B, T) bool: compute logits only there (sparse MLM head)
-                output_hidden_states: bool = False) -> Output:
+                output_hidden_states: bool = False,
+                head: bool = True,   # False: no logits, the hidden states only (a loss that applies the head itself)
+               ) -> Output:
         h = self.model(input_ids, attention_mask, is_causal, document_ids, position_ids)   # (B, T, hidden)
+        if not head: return Output(hidden_states=h)
         logits = self.lm_head(h if logits_mask is None else h[logits_mask])        # (B, T, V) or (n, V)
         return Output(logits=logits, hidden_states=h if output_hidden_states else None)
 

@@ -10,28 +10,32 @@ import itertools
 import json
 import math
 import os
+import queue
 import re
 import shutil
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from .core import (ConfigError, append_jsonl, atomic_path, atomic_write_json, atomic_write_text, build_config, config_hash, config_help,
                          param, pick_device, pick_dtype, project_root, read_json, read_jsonl, seed_everything,
                          write_run_record)
-from .model import MODEL_SIZES, Transformer, build_model, check_checkpoint, load, model_config, save
+from .model import MODEL_SIZES, Transformer, build_model, check_checkpoint, default_backend, load, model_config, save
 from .data import load_tokenizer, packed_rows
 
 # %% auto #0
 __all__ = ['IGNORE', 'OBJECTIVES', 'PEAK_BF16_FLOPS', 'PAPER_BATCH', 'CPT_WARMUP', 'CPT_DECAY', 'DEMO', 'DEMO_SCHEDULES',
            'clm_labels', 'mask_tokens', 'Phase', 'parse_schedule', 'phase_at', 'switch_steps', 'RunName', 'run_name',
            'parse_run_name', 'wsd_schedule', 'flops_per_token', 'device_peak_flops', 'PretrainConfig', 'resolve_phases',
-           'check_pretrain_config', 'default_run_id', 'make_batch', 'lm_loss', 'save_training_state',
-           'load_training_state', 'pretrain', 'paper_config', 'paper_run_names', 'write_paper_configs', 'main']
+           'check_pretrain_config', 'default_run_id', 'make_batch', 'chunked_cross_entropy', 'lm_loss', 'step_batches',
+           'prefetched', 'save_training_state', 'load_training_state', 'pretrain', 'paper_config', 'paper_run_names',
+           'write_paper_configs', 'main']
 
 # %% ../nbs/02_pretrain.ipynb #7dbd8cd7
 IGNORE = -100  # the label of positions that take no loss (PyTorch's and Hugging Face's convention)
@@ -279,9 +283,11 @@ class PretrainConfig:
     log_every: int = param(10, 'steps between metrics.jsonl rows', low=1)
     stop_at_step: int | None = param(None, 'end this session after this step (the run stays resumable)', low=1)
     device: str | None = param(None, "'cpu', 'cuda', ...; None picks")
-    attn_backend: str = param('auto', "'auto' (flash-attn on GPU when installed, else sdpa), 'sdpa', 'eager', 'flash'",
+    attn_backend: str = param('auto', "'auto' (varlen flash attention on GPU, else sdpa), 'sdpa', 'eager', 'flash'",
                               choices=('auto', 'sdpa', 'eager', 'flash'))
     sparse_head: bool = param(True, 'MLM: LM head only at masked positions')
+    ce_chunk: int = param(0, 'LM head + loss this many positions at a time (0: at once); saves memory at 128k vocab', low=0)
+    prefetch: int = param(2, 'steps of batches prepared ahead in a background thread (0: inline)', low=0)
     compile: bool = param(False, 'torch.compile the model (GPU)')
     gradient_checkpointing: bool = param(False, 'recompute activations in backward (saves memory for 1b)')
     tensorboard: bool = param(False, 'also log to TensorBoard (needs the tensorboard package)')
@@ -311,7 +317,8 @@ def check_pretrain_config(cfg: PretrainConfig) -> list[Phase]:
         if not 1 <= s <= cfg.total_steps:
             raise ConfigError(f'checkpoint_steps has {s}; allowed: 1..total_steps={cfg.total_steps}')
     if cfg.attn_backend == 'flash' and not torch.cuda.is_available():
-        raise ConfigError("attn_backend='flash' needs a CUDA GPU with flash-attn; use 'auto' or 'sdpa'")
+        raise ConfigError("attn_backend='flash' needs a CUDA GPU (flash-attn or torch.nn.attention.varlen); "
+                          "use 'auto' or 'sdpa'")
     return phases
 
 
@@ -320,12 +327,17 @@ def _checkpoint_steps(cfg) -> list[int]:
     except ValueError: raise ConfigError(f'checkpoint_steps={cfg.checkpoint_steps!r} must be a comma list of integers')
 
 
+_NOT_IN_RUN_ID = ('progress', 'stop_at_step', 'run_id', 'prefetch')   # they change how a run goes, not its numbers
+
 def default_run_id(cfg: PretrainConfig) -> str:
-    "A readable, config-specific folder name: size, schedule, steps and a hash of everything else."
+    "A readable, config-specific folder name: size, schedule, steps and a hash of the fields set off their defaults."
     sched = cfg.schedule if cfg.schedule != 'biphasic' else f'clm{cfg.clm_steps or cfg.clm_fraction}-mlm'
     tag = re.sub(r'[^\w.]+', '-', f'{cfg.size}-{sched}-{cfg.total_steps}')
-    cfg = dataclasses.replace(cfg, progress=True, stop_at_step=None, run_id=None)
-    return f'{tag}-{config_hash(cfg)[:6]}'
+    # only what differs from the defaults: a field added in a later version leaves every existing run id unchanged,
+    # so an interrupted run still finds its folder (and resumes) after an upgrade
+    changed = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+               if f.name not in _NOT_IN_RUN_ID and getattr(cfg, f.name) != f.default}
+    return f'{tag}-{config_hash(changed)[:6]}'
 
 # %% ../nbs/02_pretrain.ipynb #289b4594
 def make_batch(rows: dict,                 # 'input_ids', 'document_ids': (B, T) long
@@ -344,17 +356,90 @@ def make_batch(rows: dict,                 # 'input_ids', 'document_ids': (B, T)
     return dict(input_ids=inputs, document_ids=docs, labels=labels, is_causal=False)
 
 
-def lm_loss(model, batch: dict, sparse_head: bool = True) -> tuple[torch.Tensor, int]:
-    "Mean cross-entropy over labelled positions, and their count; for MLM, logits only there when `sparse_head`."
+def _ce_sum(h, w, y):   # h: (n, hidden), w: (V, hidden), y: (n,)
+    return F.cross_entropy(F.linear(h, w).float(), y, ignore_index=IGNORE, reduction='sum')
+
+
+def chunked_cross_entropy(hidden: torch.Tensor,  # (..., hidden) final hidden states
+                          weight: torch.Tensor,  # (V, hidden) the LM head
+                          labels: torch.Tensor,  # (...) targets, IGNORE where no loss is taken
+                          chunk: int = 4096,     # positions per chunk: the (chunk, V) logits are all that is alive
+                         ) -> torch.Tensor:      # scalar: mean over labelled positions, as `F.cross_entropy`
+    "Cross-entropy of `hidden @ weight.T` against `labels`, computed chunk by chunk and recomputed in backward."
+    if chunk < 1: raise ConfigError(f'ce_chunk={chunk} must be >= 1 (or 0 for the plain loss)')
+    hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)   # (n, hidden), (n,)
+    total = hidden.new_zeros((), dtype=torch.float32)
+    for s in range(0, labels.numel(), chunk):
+        total = total + checkpoint(_ce_sum, hidden[s:s + chunk], weight, labels[s:s + chunk], use_reentrant=False)
+    return total / (labels != IGNORE).sum().clamp(min=1)
+
+
+def lm_loss(model, batch: dict,
+            sparse_head: bool = True,  # MLM: LM head only at the masked positions
+            ce_chunk: int = 0,         # head + loss `ce_chunk` positions at a time (`chunked_cross_entropy`); 0: at once
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    "Mean cross-entropy over labelled positions, and their count (a tensor: reading it is the caller's sync)."
     labels = batch['labels']
     sel = labels != IGNORE                                                        # (B, T)
     # CLM labels nearly every position: gathering them would only copy the hidden states, so CLM stays dense
     sparse_head = sparse_head and not batch['is_causal']
-    out = model(batch['input_ids'], is_causal=batch['is_causal'], document_ids=batch['document_ids'],
-                logits_mask=sel if sparse_head else None)
-    if sparse_head: return F.cross_entropy(out.logits.float(), labels[sel]), int(sel.sum())    # (n_labelled, V)
+    kw = dict(is_causal=batch['is_causal'], document_ids=batch['document_ids'])
+    if ce_chunk:   # through the model's own call (DDP and torch.compile wrap it), then the head chunk by chunk
+        h = model(batch['input_ids'], head=False, **kw).hidden_states            # (B, T, hidden)
+        if sparse_head: h, labels = h[sel], labels[sel]                           # (n_masked, hidden), (n_masked,)
+        head = getattr(model, 'module', model).lm_head                            # DDP keeps the model in .module
+        return chunked_cross_entropy(h, head.weight, labels, ce_chunk), sel.sum()
+    out = model(batch['input_ids'], logits_mask=sel if sparse_head else None, **kw)
+    if sparse_head: return F.cross_entropy(out.logits.float(), labels[sel]), sel.sum()    # (n_labelled, V)
     # dense: ignore_index skips unlabelled positions without copying the (B*T, V) logits
-    return F.cross_entropy(out.logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE), int(sel.sum())
+    return F.cross_entropy(out.logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE), sel.sum()
+
+# %% ../nbs/02_pretrain.ipynb #166a5ada
+def step_batches(rows,                     # the packed-row stream, positioned at the first step's rows
+                 phases: list[Phase],
+                 steps: range,             # the optimizer steps to make batches for
+                 B: int, A: int,           # rows per micro-batch, micro-batches per step
+                 world: int, rank: int,    # processes, and this one's index
+                 tokenizer_ids: dict, replace: tuple, seed: int,
+                 pin: bool = False,        # page-locked memory, for asynchronous copies to a GPU
+                ):
+    "Yield, for each step of `steps`, this process's `A` micro-batches (`make_batch` dicts)."
+    rows_per_step = B * A * world
+    for step in steps:
+        _, phase = phase_at(phases, step)
+        global_rows = [next(rows) for _ in range(rows_per_step)]
+        micro = []
+        for m in range(A):
+            start = (m * world + rank) * B
+            stacked = {k: torch.stack([r[k] for r in global_rows[start:start + B]]) for k in ('input_ids', 'document_ids')}
+            batch = make_batch(stacked, phase, tokenizer_ids, replace, seed, step * rows_per_step + start)
+            micro.append({k: v.pin_memory() if pin and torch.is_tensor(v) else v for k, v in batch.items()})
+        yield micro
+
+
+def prefetched(iterator, depth: int = 2):
+    "Yield `iterator`'s items in order while a background thread computes up to `depth` of them ahead."
+    q, done, stop = queue.Queue(maxsize=depth), object(), threading.Event()
+    def put(item):
+        while not stop.is_set():
+            try: q.put(item, timeout=0.1); return True
+            except queue.Full: pass
+        return False
+    def fill():
+        try:
+            for item in iterator:
+                if not put(item): return          # the consumer is gone: stop producing
+            put(done)
+        except BaseException as e: put(e)         # hand errors to the consumer
+    producer = threading.Thread(target=fill, name='mlmclm-prefetch', daemon=True)
+    producer.start()
+    try:
+        while (item := q.get()) is not done:
+            if isinstance(item, BaseException): raise item
+            yield item
+    finally:   # closed, failed or garbage-collected: stop the producer and wait for it
+        stop.set()
+        producer.join(timeout=30)
 
 # %% ../nbs/02_pretrain.ipynb #311535f0
 def _atomic_dir(final: Path, write) -> Path:
@@ -435,12 +520,7 @@ def _param_groups(model, weight_decay: float):
 
 def _backend(cfg: PretrainConfig, device) -> str:
     if cfg.attn_backend != 'auto': return cfg.attn_backend
-    if torch.device(device).type == 'cuda':
-        try:
-            import flash_attn  # noqa: F401
-            return 'flash'
-        except ImportError: pass
-    return 'sdpa'
+    return default_backend(device)
 
 # %% ../nbs/02_pretrain.ipynb #75c4d449
 def pretrain(cfg: PretrainConfig,  # a checked config (`build_config(PretrainConfig, ...)`)
@@ -500,8 +580,11 @@ def pretrain(cfg: PretrainConfig,  # a checked config (`build_config(PretrainCon
     phase_flops = [flops_per_token(model_for_save.config, cfg.seq_len, p.objective, p.mask_ratio or 0.0, cfg.sparse_head)
                    for p in phases]
     last_step = min(cfg.total_steps, cfg.stop_at_step or cfg.total_steps)
+    cuda = acc.device.type == 'cuda'
+    batches = step_batches(rows, phases, range(step, last_step), B, A, world, rank, ids_info, replace, cfg.seed, pin=cuda)
+    if cfg.prefetch: batches = prefetched(batches, cfg.prefetch)
 
-    def checkpoint(at_step, phase_index, phase):
+    def keep_checkpoint(at_step, phase_index, phase):
         meta = dict(step=at_step, phase=phase_index, objective=phase.objective, mask_ratio=phase.mask_ratio,
                     schedule=cfg.schedule, phases=[dataclasses.asdict(p) for p in phases], tokens_seen=tokens_seen,
                     run_id=run_id, init_from=cfg.init_from, seed=cfg.seed)
@@ -514,50 +597,49 @@ def pretrain(cfg: PretrainConfig,  # a checked config (`build_config(PretrainCon
                desc=run_id, unit='step')
     model.train()
     t_last, tokens_last = time.perf_counter(), tokens_seen
-    while step < last_step:
-        phase_index, phase = phase_at(phases, step)
-        global_rows = [next(rows) for _ in range(rows_per_step)]
-        loss_sum = torch.zeros((), device=acc.device)
-        for m in range(A):
-            start = (m * world + rank) * B
-            micro = {k: torch.stack([r[k] for r in global_rows[start:start + B]]) for k in ('input_ids', 'document_ids')}
-            batch = make_batch(micro, phase, ids_info, replace, cfg.seed, step * rows_per_step + start)
-            batch = {k: v.to(acc.device) if torch.is_tensor(v) else v for k, v in batch.items()}
-            sync = m == A - 1
-            ctx = acc.no_sync(model) if not sync else _nullcontext()
-            with ctx, acc.autocast():
-                loss, _ = lm_loss(model, batch, cfg.sparse_head)
-                acc.backward(loss / A)
-            loss_sum += loss.detach() / A
-        loss_value = acc.reduce(loss_sum, reduction='mean').item()
-        if not math.isfinite(loss_value):
-            raise FloatingPointError(f'non-finite loss {loss_value} at step {step + 1} ({phase.label}); the last good '
-                                     f'state is kept in {state_dir} (resume lowers nothing: fix lr/data first)')
-        if cfg.grad_clip > 0: acc.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        lr = scheduler.get_last_lr()[0]
-        optimizer.step(); scheduler.step(); optimizer.zero_grad(set_to_none=True)
-        step += 1
-        tokens_seen += rows_per_step * cfg.seq_len
-        bar.update(1); bar.set_postfix(phase=phase.label, loss=f'{loss_value:.3f}')
-        if step % cfg.log_every == 0 or step == last_step:
-            now = time.perf_counter()
-            tps = (tokens_seen - tokens_last) / max(now - t_last, 1e-9)
-            fpt = phase_flops[phase_index]
-            if acc.is_main_process:
-                row = dict(step=step, phase=phase_index, objective=phase.objective, mask_ratio=phase.mask_ratio,
-                           loss=loss_value, lr=lr, tokens_seen=tokens_seen, tokens_per_s=tps,
-                           mfu=(tps * fpt / (peak * world)) if peak else None,
-                           flop_convention='6N (head incl., embeddings excl.) + 12*L*T*d_attn per token')
-                append_jsonl(folder/'metrics.jsonl', row)
-                if cfg.tensorboard: acc.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=step)
-            t_last, tokens_last = now, tokens_seen
-        if step in keep_steps or step % cfg.save_every == 0 or step == last_step:
-            acc.wait_for_everyone()
-            if acc.is_main_process:
-                if step in keep_steps: checkpoint(step, phase_index, phase)
-                save_training_state(state_dir, model_for_save, optimizer, scheduler, step,
-                                    dict(tokens_seen=tokens_seen, run_id=run_id))
-            acc.wait_for_everyone()
+    try:
+        while step < last_step:
+            phase_index, phase = phase_at(phases, step)
+            loss_sum = torch.zeros((), device=acc.device)
+            for m, batch in enumerate(next(batches)):
+                batch = {k: v.to(acc.device, non_blocking=cuda) if torch.is_tensor(v) else v for k, v in batch.items()}
+                sync = m == A - 1
+                ctx = acc.no_sync(model) if not sync else _nullcontext()
+                with ctx, acc.autocast():
+                    loss, _ = lm_loss(model, batch, cfg.sparse_head, cfg.ce_chunk)
+                    acc.backward(loss / A)
+                loss_sum += loss.detach() / A
+            loss_value = acc.reduce(loss_sum, reduction='mean').item()
+            if not math.isfinite(loss_value):
+                raise FloatingPointError(f'non-finite loss {loss_value} at step {step + 1} ({phase.label}); the last good '
+                                         f'state is kept in {state_dir} (resume lowers nothing: fix lr/data first)')
+            if cfg.grad_clip > 0: acc.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            lr = scheduler.get_last_lr()[0]
+            optimizer.step(); scheduler.step(); optimizer.zero_grad(set_to_none=True)
+            step += 1
+            tokens_seen += rows_per_step * cfg.seq_len
+            bar.update(1); bar.set_postfix(phase=phase.label, loss=f'{loss_value:.3f}')
+            if step % cfg.log_every == 0 or step == last_step:
+                now = time.perf_counter()
+                tps = (tokens_seen - tokens_last) / max(now - t_last, 1e-9)
+                fpt = phase_flops[phase_index]
+                if acc.is_main_process:
+                    row = dict(step=step, phase=phase_index, objective=phase.objective, mask_ratio=phase.mask_ratio,
+                               loss=loss_value, lr=lr, tokens_seen=tokens_seen, tokens_per_s=tps,
+                               mfu=(tps * fpt / (peak * world)) if peak else None,
+                               flop_convention='6N (head incl., embeddings excl.) + 12*L*T*d_attn per token')
+                    append_jsonl(folder/'metrics.jsonl', row)
+                    if cfg.tensorboard: acc.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=step)
+                t_last, tokens_last = now, tokens_seen
+            if step in keep_steps or step % cfg.save_every == 0 or step == last_step:
+                acc.wait_for_everyone()
+                if acc.is_main_process:
+                    if step in keep_steps: keep_checkpoint(step, phase_index, phase)
+                    save_training_state(state_dir, model_for_save, optimizer, scheduler, step,
+                                        dict(tokens_seen=tokens_seen, run_id=run_id))
+                acc.wait_for_everyone()
+    finally:   # stop the prefetching thread here, also on errors (not at interpreter exit)
+        batches.close()
     bar.close()
     if acc.is_main_process and step == cfg.total_steps:
         atomic_write_json(folder/'done.json', dict(step=step, tokens_seen=tokens_seen, run_id=run_id))
