@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from .core import atomic_path, atomic_write_json, atomic_write_text, pick_device, project_root, seed_everything
 from .model import MODEL_SIZES, TaskModel, Transformer, build_model, default_backend, model_config, to_llama_config_dict
 from .data import embedded_documents, load_tokenizer, packed_rows, pipeline_throughput, tokenize
-from .pretrain import IGNORE, Phase, chunked_cross_entropy, device_peak_flops, flops_per_token, lm_loss, make_batch
+from .pretrain import IGNORE, Phase, chunked_cross_entropy, device_peak_flops, flops_per_token, lm_loss, step_batches
 
 # %% auto #0
 __all__ = ['BENCH_SHAPES', 'SIZES', 'FLOP_CONVENTION', 'bench_config', 'make_batches', 'hf_model', 'hf_loss', 'bench_loss',
@@ -53,17 +53,14 @@ def make_batches(cfg,                    # the model config (its vocabulary boun
     "`n` training batches `{'input_ids', 'document_ids', 'labels': (B, T), 'is_causal'}` of the embedded corpus."
     if objective not in ('clm', 'mlm'): raise ValueError(f"objective={objective!r}; choose 'clm' or 'mlm'")
     tok = load_tokenizer('embedded')
-    rows = packed_rows('embedded', tok, seq_len=seq_len, seed=seed)
-    phase = Phase('clm', 1) if objective == 'clm' else Phase('mlm', 1, mask_ratio)
+    rows = ({**r, 'input_ids': r['input_ids'] % cfg.vocab_size}             # token ids folded into the model's vocabulary
+            for r in packed_rows('embedded', tok, seq_len=seq_len, seed=seed))
+    phase = Phase('clm', n) if objective == 'clm' else Phase('mlm', n, mask_ratio)
     info = dict(mask_token_id=tok.mask_token_id % cfg.vocab_size, vocab_size=min(len(tok), cfg.vocab_size),
                 special_ids=sorted(set(tok.all_special_ids)))
-    out = []
-    for i in range(n):
-        rs = [next(rows) for _ in range(batch_size)]
-        micro = dict(input_ids=torch.stack([r['input_ids'] for r in rs]) % cfg.vocab_size,     # (B, T)
-                     document_ids=torch.stack([r['document_ids'] for r in rs]))               # (B, T)
-        out.append(make_batch(micro, phase, info, (1.0, 0.0, 0.0), seed, i * batch_size))
-    return out
+    # the trainer's own batch maker: one process, one micro-batch per step
+    steps = step_batches(rows, [phase], range(n), batch_size, 1, 1, 0, info, (1.0, 0.0, 0.0), seed)
+    return [micro for (micro,) in steps]
 
 
 def hf_model(cfg,              # our `ModelConfig`
