@@ -20,6 +20,7 @@ import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from .core import ConfigError, assets_dir
+from .vocab import PRETRAIN
 
 # %% auto #0
 __all__ = ['EMBEDDED', 'DEFAULT_REAL_TOKENIZER', 'FINEWEB_EDU', 'DEFAULT_FINEWEB_SUBSET', 'SPLITS', 'BOS', 'EOS', 'MASK',
@@ -29,8 +30,8 @@ __all__ = ['EMBEDDED', 'DEFAULT_REAL_TOKENIZER', 'FINEWEB_EDU', 'DEFAULT_FINEWEB
 
 # %% ../nbs/01a_data.ipynb #2bb93a59
 EMBEDDED = 'embedded'                                   # the name of the shipped corpus and tokenizer
-DEFAULT_REAL_TOKENIZER = 'meta-llama/Meta-Llama-3-8B'   # the paper's tokenizer (gated on the hub)
-FINEWEB_EDU = 'HuggingFaceFW/fineweb-edu'               # the paper's pretraining data (SPEC §3)
+DEFAULT_REAL_TOKENIZER = PRETRAIN.tokenizer            # the paper's tokenizer (gated on the hub)
+FINEWEB_EDU = PRETRAIN.data                             # the paper's pretraining data
 DEFAULT_FINEWEB_SUBSET = 'sample-10BT'                  # the paper's subset is unknown; 10BT covers a 10B-token budget
 SPLITS = ('train', 'heldout', 'all')
 BOS, EOS, MASK = '<|begin_of_text|>', '<|end_of_text|>', '<|mask|>'   # Llama-3's names; PAD is EOS as in Llama-3 fine-tuning

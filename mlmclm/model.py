@@ -549,6 +549,8 @@ class LlamaForMaskedLM(LlamaForCausalLM):
 
 
 def register_with_transformers() -> None:
-    "Let `AutoModelForMaskedLM` (and so `pipeline('fill-mask')`) open Llama-layout MLM checkpoints; `import mlmclm` calls it."
+    "Let `AutoModelForMaskedLM` (and so `pipeline('fill-mask')`) open Llama-layout MLM checkpoints."
     from transformers import AutoModelForMaskedLM, LlamaConfig
     AutoModelForMaskedLM.register(LlamaConfig, LlamaForMaskedLM, exist_ok=True)
+
+register_with_transformers()   # a dictionary entry in transformers: no weights, no network

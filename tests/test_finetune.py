@@ -10,7 +10,8 @@ import torch
 
 from mlmclm.core import ConfigError, build_config, project_root, read_jsonl
 from mlmclm.data import load_tokenizer
-from mlmclm.finetune import FinetuneConfig, check_finetune_config, load_results
+from mlmclm.finetune import FinetuneConfig, check_finetune_config
+from mlmclm.results import load_results
 from mlmclm.model import build_model, save
 
 ROOT = project_root()
@@ -30,7 +31,7 @@ def checkpoint(tmp_path_factory):
 def test_papermill_finetunes_all_four_families(checkpoint, tmp_path):
     pm = Path(sys.executable).with_name('papermill')
     store = tmp_path/'results.jsonl'
-    out = subprocess.run([str(pm), 'nbs/03_finetune.ipynb', str(tmp_path/'ft.ipynb'), '-p', 'checkpoint', str(checkpoint),
+    out = subprocess.run([str(pm), 'nbs/03b_finetune.ipynb', str(tmp_path/'ft.ipynb'), '-p', 'checkpoint', str(checkpoint),
                           '-p', 'lrs', '1e-3', '-p', 'seeds', '0,1', '-p', 'max_steps', '4', '-p', 'eval_every', '2',
                           '-p', 'batch_size', '8', '-p', 'micro_batch_size', '8',
                           '-p', 'max_eval_examples', '20', '-p', 'results', str(store)],

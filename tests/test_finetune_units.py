@@ -1,11 +1,13 @@
-"""Fine-tuning pieces without papermill: the hub loaders on in-memory datasets with the hub's columns, resumable
-results, and the SentenceTransformer export of a trained retriever."""
+"""Fine-tuning pieces without papermill: resumable results and the SentenceTransformer export of a trained retriever."""
 import pytest
 import torch
 import torch.nn.functional as F
 
 import mlmclm.finetune as ft
-from mlmclm.core import ConfigError, read_jsonl
+from mlmclm.core import read_jsonl
+from mlmclm.data import load_tokenizer
+from mlmclm.model import TaskModel, load
+from mlmclm.tasks import TASKS
 
 
 @pytest.fixture(autouse=True, scope='module')
@@ -15,39 +17,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-@pytest.fixture
-def fake_hub(monkeypatch):
-    tables = ft._fake_hub_tables()
-    monkeypatch.setattr(ft, '_hub', ft.fake_hub(tables))
-    return tables
-
-
-def test_hub_loaders_follow_the_split_protocol(fake_hub):
-    sst = ft.TASKS['sst2'].load()
-    assert (len(sst['train']), len(sst['validation']), len(sst['test'])) == (38, 2, 6)
-    assert ft.TASKS['conll2003_en'].load()['labels'] == ft.CONLL_TAGS
-    nq = ft.TASKS['nq'].load()
-    assert not set(nq['validation']['queries']) & set(nq['test']['queries'])      # NQ halves do not overlap
-    assert set(nq['test']['corpus']) == {d for q in nq['test']['qrels'].values() for d in q}
-    mldr = ft.TASKS['mldr_en'].load()
-    assert list(mldr['validation']['queries']) == ['q5'] and list(mldr['test']['queries']) == ['q6']
-
-
-@pytest.mark.parametrize('key, column, task, message', [
-    (('nyu-mll/glue', 'sst2', 'train'), 'label', 'sst2', "column 'label' is missing"),
-    (('eriktks/conll2003', None, 'train'), 'ner_tags', 'conll2003_en', "column 'ner_tags' is missing"),
-    (('rajpurkar/squad_v2', None, 'train'), 'answers', 'squad_v2', "column 'answers' is missing"),
-    (('mteb/nq', 'default', 'test'), 'corpus-id', 'nq', "column 'corpus-id' is missing"),
-    (('mteb/nq', 'corpus', 'corpus'), '_id', 'nq', "column '_id' is missing"),
-])
-def test_schema_drift_names_the_missing_column(monkeypatch, key, column, task, message):
-    tables = ft._fake_hub_tables()
-    drop = [k for k in tables if k[:2] == key[:2]] if key[0] == 'eriktks/conll2003' else [key]   # CoNLL loads all splits
-    for k in drop: tables[k] = tables[k].remove_columns(column)
-    monkeypatch.setattr(ft, '_hub', ft.fake_hub(tables))
-    with pytest.raises(ConfigError, match=message): ft.TASKS[task].load()
 
 
 def test_a_failed_run_leaves_no_row_and_the_sweep_resumes(monkeypatch, tmp_path):
@@ -74,12 +43,12 @@ def test_trained_retriever_loads_in_sentence_transformers(tmp_path):
     ft.finetune_sweep(cfg)
     folder = tmp_path/'st'/'corpus_retrieval-lr0.001-sd0'
     st = SentenceTransformer(str(folder), device='cpu')
-    model = ft.load(folder)   # the same folder is also a plain mlmclm / Llama checkpoint (bidirectional)
-    tok = ft.load_tokenizer('embedded')
-    emb = ft.TaskModel(model, 'embedding').eval()
+    model = load(folder)   # the same folder is also a plain mlmclm / Llama checkpoint (bidirectional)
+    tok = load_tokenizer('embedded')
+    emb = TaskModel(model, 'embedding').eval()
     texts = ['Query: what light through yonder window breaks', 'Document: It is the east, and Juliet is the sun.']
     with torch.no_grad():
         ours = torch.cat([emb(torch.tensor([f['input_ids']])) for f in ft.encode_texts(texts, tok, 128, '')])
     theirs = st.encode(texts, convert_to_tensor=True)            # plain sentence-transformers, padded batch
     assert F.cosine_similarity(ours, theirs, dim=-1).min().item() > 1 - 1e-5
-    assert st.max_seq_length == ft.TASKS['corpus_retrieval'].max_length
+    assert st.max_seq_length == TASKS['corpus_retrieval'].max_length

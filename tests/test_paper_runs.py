@@ -7,14 +7,14 @@ import numpy as np
 
 from mlmclm.core import project_root
 from mlmclm.figures import render_all
-from mlmclm.finetune import load_results
+from mlmclm.results import load_results
 from mlmclm.paper_runs import compare_with_paper, import_tree, reported_scores, write_fixture_tree
-from mlmclm.pretrain import parse_run_name, paper_run_names, run_name
+from mlmclm.vocab import parse_run_name, paper_run_names, run_name
 from mlmclm.study import paper_plan
 
 
 def test_every_released_name_round_trips():
-    names = set(paper_run_names()) | {e.name for e in paper_plan().evals}
+    names = set(paper_run_names(appendix=True)) | {e.name for e in paper_plan().evals}
     assert len(names) >= 50
     for name in names:
         assert run_name(parse_run_name(name)) == name

@@ -12,7 +12,8 @@ import torch
 
 from mlmclm.core import ConfigError, build_config, project_root, read_jsonl
 from mlmclm.model import load
-from mlmclm.pretrain import PretrainConfig, check_pretrain_config, paper_config, paper_run_names
+from mlmclm.pretrain import PretrainConfig, check_pretrain_config, paper_config
+from mlmclm.vocab import paper_run_names
 
 ROOT = project_root()
 PY = sys.executable
@@ -97,7 +98,7 @@ def test_bad_parameters_fail_before_training(values, message, monkeypatch):
 
 def test_committed_paper_configs_match_the_code():
     folder = ROOT/'nbs'/'configs'
-    names = paper_run_names()
+    names = paper_run_names(appendix=True)
     assert sorted(p.stem for p in folder.glob('*.yaml')) == sorted(names)
     for name in names:
         text = (folder/f'{name}.yaml').read_text()

@@ -1,8 +1,8 @@
-"""Our checkpoints in plain transformers: fill-mask pipeline after `import mlmclm`."""
+"""Our checkpoints in plain transformers: fill-mask pipeline after `import mlmclm.model`."""
 import torch
 import transformers
 
-import mlmclm  # noqa: F401  (registers the masked-LM view of Llama checkpoints)
+import mlmclm.model  # noqa: F401  (registers the masked-LM view of Llama checkpoints)
 from mlmclm.data import load_tokenizer
 from mlmclm.model import build_model, save
 
