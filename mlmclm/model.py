@@ -22,11 +22,12 @@ from transformers import LlamaForCausalLM
 from .core import ConfigError, atomic_path, atomic_write_json, build_config, param
 
 # %% auto #0
-__all__ = ['MODEL_SIZES', 'HEAD_KINDS', 'SUPPORTED_MODEL_TYPES', 'ModelConfig', 'model_config', 'RMSNorm', 'MLP', 'Rotary',
-           'rotate_half', 'apply_rope', 'allowed_attention', 'varlen_layout', 'reference_varlen', 'varlen_kernel',
-           'default_backend', 'Attention', 'Block', 'document_positions', 'Body', 'Output', 'Transformer',
-           'build_model', 'mean_pool', 'TaskModel', 'to_llama_config_dict', 'save', 'config_from_hf',
-           'check_checkpoint', 'load', 'parity_error', 'LlamaForMaskedLM', 'register_with_transformers']
+__all__ = ['MODEL_SIZES', 'HEAD_KINDS', 'POOLINGS', 'SUPPORTED_MODEL_TYPES', 'ModelConfig', 'model_config', 'RMSNorm', 'MLP',
+           'Rotary', 'rotate_half', 'apply_rope', 'allowed_attention', 'varlen_layout', 'reference_varlen',
+           'varlen_kernel', 'default_backend', 'Attention', 'Block', 'document_positions', 'Body', 'Output',
+           'Transformer', 'build_model', 'mean_pool', 'pool', 'real_tokens', 'TaskModel', 'to_llama_config_dict',
+           'save', 'config_from_hf', 'check_checkpoint', 'load', 'parity_error', 'LlamaForMaskedLM',
+           'register_with_transformers']
 
 # %% ../nbs/01_model.ipynb #fbeb67a8
 @dataclass
@@ -249,7 +250,8 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         backend = self.cfg.attn_backend
         if backend == 'flash':
-            kernel = self.varlen_impl or varlen_kernel()
+            # on a CPU the GPU kernels do not run: the reference kernel keeps the same path working there
+            kernel = self.varlen_impl or (varlen_kernel() if x.is_cuda else reference_varlen)
             if kernel is None: raise RuntimeError("attn_backend='flash' needs flash-attn or torch.nn.attention.varlen")
             layout = allowed or varlen_layout(B, T, device=x.device)
             y = _varlen(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal, layout, kernel)
@@ -312,6 +314,7 @@ class Body(nn.Module):
                 is_causal: bool = False,                     # causal (CLM) or bidirectional (MLM, fine-tuning)
                 document_ids: torch.Tensor | None = None,    # (B, T) packed-document index; attention stays inside
                 position_ids: torch.Tensor | None = None,    # (B or 1, T); by default restart at every document
+                layout: dict | None = None,                  # the 'flash' backend's `varlen_layout`, if already known
                ) -> torch.Tensor:                            # (B, T, hidden) final hidden states
         B, T = input_ids.shape
         if position_ids is None:   # one (1, T) row broadcasts over the batch when positions do not restart
@@ -321,7 +324,7 @@ class Body(nn.Module):
         cos, sin = self.rotary(position_ids)                                        # (B, T, head_dim) each
         allowed = None   # who attends to whom, worked out once for all layers
         if self.config.attn_backend == 'flash':
-            allowed = varlen_layout(B, T, attention_mask, document_ids, device=input_ids.device)
+            allowed = layout or varlen_layout(B, T, attention_mask, document_ids, device=input_ids.device)
         elif attention_mask is not None or document_ids is not None:
             allowed = allowed_attention(is_causal, T, attention_mask, document_ids, device=input_ids.device)
         for block in self.layers:
@@ -378,6 +381,7 @@ def build_model(size: str | ModelConfig = 'tiny',  # a key of `MODEL_SIZES` or a
 
 # %% ../nbs/01_model.ipynb #3e027cab
 HEAD_KINDS = ('sequence', 'token', 'span', 'embedding')
+POOLINGS = ('mean', 'last', 'first')
 
 def mean_pool(h: torch.Tensor,              # (B, T, hidden)
               attention_mask: torch.Tensor | None  # (B, T)
@@ -388,27 +392,64 @@ def mean_pool(h: torch.Tensor,              # (B, T, hidden)
     return (h * m).sum(1) / m.sum(1).clamp(min=1.0)
 
 
+def pool(h: torch.Tensor,           # (n_tokens, hidden): the real tokens of every example, one example after another
+         cu_seqlens: torch.Tensor,  # (n_examples + 1,): example i is h[cu_seqlens[i]:cu_seqlens[i+1]]
+         how: str = 'mean',         # one of POOLINGS
+        ) -> torch.Tensor:          # (n_examples, hidden)
+    "One vector per example: the mean of its tokens, its last token, or its first."
+    starts, ends = cu_seqlens[:-1].long(), cu_seqlens[1:].long()
+    if how == 'first': return h[starts]
+    if how == 'last': return h[ends - 1]
+    if how != 'mean': raise ConfigError(f'unknown pooling {how!r}; choose one of {list(POOLINGS)}')
+    lengths = ends - starts                                                             # (n_examples,)
+    example = torch.repeat_interleave(torch.arange(len(lengths), device=h.device), lengths,
+                                      output_size=h.shape[0])                          # (n_tokens,) example of each
+    sums = h.new_zeros(len(lengths), h.shape[-1], dtype=torch.float32).index_add_(0, example, h.float())
+    return (sums / lengths.clamp(min=1)[:, None]).to(h.dtype)                          # sums in fp32, also under bf16
+
+
+def real_tokens(h: torch.Tensor,   # (B, T, hidden)
+                layout: dict,      # the batch's `varlen_layout`
+               ) -> torch.Tensor:  # (n_tokens, hidden), in the order of `layout['cu_seqlens']`
+    "The hidden states of the real tokens, padding dropped, one example after another."
+    flat = h.flatten(0, 1)                                                              # (B*T, hidden)
+    return flat if layout['keep'] is None else flat[layout['keep']]
+
+# %% ../nbs/01_model.ipynb #2415e8a3
 class TaskModel(nn.Module):
     "A `Transformer` body with a fine-tuning head: 'sequence', 'token', 'span' (QA) or 'embedding' (retrieval)."
     def __init__(self, base: Transformer,
                  kind: str,              # one of HEAD_KINDS
                  num_labels: int = 2,    # classes for 'sequence'/'token'; ignored otherwise
-                 is_causal: bool = False):  # attention mode while fine-tuning (bidirectional in the paper)
+                 is_causal: bool = False,  # attention mode while fine-tuning (bidirectional in the paper)
+                 pooling: str = 'mean'):   # 'sequence'/'embedding': one of POOLINGS
         super().__init__()
         if kind not in HEAD_KINDS: raise ConfigError(f'unknown head kind {kind!r}; choose one of {list(HEAD_KINDS)}')
-        self.kind, self.is_causal, self.config = kind, is_causal, base.config
+        if pooling not in POOLINGS: raise ConfigError(f'unknown pooling {pooling!r}; choose one of {list(POOLINGS)}')
+        self.kind, self.is_causal, self.pooling, self.config = kind, is_causal, pooling, base.config
         self.model = base.model          # the body only: the LM head is not needed to fine-tune
         out = {'sequence': num_labels, 'token': num_labels, 'span': 2, 'embedding': 0}[kind]
         self.head = nn.Linear(self.config.hidden_size, out) if out else None
         if self.head is not None:
             nn.init.normal_(self.head.weight, std=self.config.initializer_range); nn.init.zeros_(self.head.bias)
 
-    def forward(self, input_ids, attention_mask=None, document_ids=None):
-        h = self.model(input_ids, attention_mask, self.is_causal, document_ids)         # (B, T, hidden)
-        if self.kind == 'sequence': return self.head(mean_pool(h, attention_mask))      # (B, num_labels)
-        if self.kind == 'token': return self.head(h)                                    # (B, T, num_labels)
-        if self.kind == 'span': return self.head(h).unbind(-1)                          # start, end: (B, T) each
-        return mean_pool(h, attention_mask)                                             # (B, hidden)
+    def forward(self,
+                input_ids: torch.Tensor,                     # (B, T)
+                attention_mask: torch.Tensor | None = None,  # (B, T): 1 real token, 0 padding
+                document_ids: torch.Tensor | None = None,    # (B, T): packed batch, the example of each token
+               ):
+        """Padded batch: `(B, num_labels)` ('sequence'), `(B, T, num_labels)` ('token'), start and end `(B, T)`
+        ('span'), `(B, hidden)` ('embedding'). Packed batch (`document_ids` given): `(n_examples, num_labels)`,
+        `(n_tokens, num_labels)`, start and end `(n_tokens,)`, `(n_examples, hidden)`."""
+        B, T = input_ids.shape
+        packed = document_ids is not None
+        layout = varlen_layout(B, T, attention_mask, document_ids, device=input_ids.device)
+        h = self.model(input_ids, attention_mask, self.is_causal, document_ids, layout=layout)   # (B, T, hidden)
+        if self.kind in ('token', 'span'):
+            out = self.head(real_tokens(h, layout) if packed else h)   # (n_tokens or B, [T,] num_labels or 2)
+            return out if self.kind == 'token' else out.unbind(-1)
+        pooled = pool(real_tokens(h, layout), layout['cu_seqlens'], self.pooling)        # (n_examples or B, hidden)
+        return pooled if self.kind == 'embedding' else self.head(pooled)
 
 # %% ../nbs/01_model.ipynb #f0b6f219
 def to_llama_config_dict(cfg: ModelConfig) -> dict:
