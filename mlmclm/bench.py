@@ -551,6 +551,7 @@ def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classificati
                        device: str | None = None,
                        attn_backend: str | None = None,  # ours; default: flash on a GPU that has it, else SDPA
                        sides: list[FinetuneSide] | None = None,  # default: `finetune_sides(max_tokens)`
+                       progress: bool = False,         # print each run's seconds per step to stderr as it ends
                       ) -> dict:
     "Seconds per fine-tuning step of the authors' Trainer and of ours, on the same examples; `ratio` = theirs / ours packed."
     import gc, tempfile
@@ -567,6 +568,7 @@ def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classificati
                 ends = (_trainer_run(folder, tok, examples, lr, steps, dev, bf16) if side.trainer else
                         _our_run(folder, tok, examples, lr, steps, dev, bf16, side, backend))
                 times[side.name].append((ends[-1] - ends[warmup - 1]) / (steps - warmup))
+                if progress: print(f'run {r + 1}/{reps} {side.name}: {times[side.name][-1]:.3f} s/step', file=sys.stderr, flush=True)
                 gc.collect()
     return _finetune_result(task, str(checkpoint or size or 'smollm2-135m'), sides, times, examples, steps, reps,
                             dict(device=_device_name(dev), bf16=bf16, attn_backend=backend, lr=lr, warmup=warmup))
@@ -653,7 +655,7 @@ def _pretrain_main(a) -> dict:
 
 def _finetune_main(a) -> dict:
     r = finetune_benchmark(a.finetune, a.checkpoint, a.size, a.steps or 20, a.reps or 1, a.warmup, a.lr, a.max_tokens,
-                           a.device, a.attn_backend)
+                           a.device, a.attn_backend, progress=True)
     print(f"{r['device']}: {r['task']}, {r['model']}, {r['steps']} steps of {r['batch_size']} ({r['warmup']} warm-up), "
           f"lr {r['lr']:g}, bf16 {r['bf16']}, ours: {r['attn_backend']}; median of {r['reps']} run(s) per side")
     print(f"{'side':<12} {'s/step':>7} {'[min, max]':>16} {'examples/s':>10} {'real tok':>9} {'computed':>9} "
