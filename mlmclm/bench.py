@@ -481,14 +481,19 @@ def computed_tokens(examples: list[dict], side: FinetuneSide) -> dict:
     return dict(real_tokens=sum(len(f['input_ids']) for f in examples), computed_tokens=computed)
 
 # %% ../nbs/06_bench.ipynb #74cffadd
-def _trainer_run(folder: Path, tok, examples: list[dict], lr: float, steps: int, device, bf16: bool) -> list[float]:
-    "Train with `transformers.Trainer` as the authors did; the time at the end of each optimizer step."
+def _clock(device) -> tuple[float, float]:
+    "Wall-clock and CPU seconds (this process, all threads) once the device is done."
+    _sync(device); return time.perf_counter(), time.process_time()
+
+
+def _trainer_run(folder: Path, tok, examples: list[dict], lr: float, steps: int, device, bf16: bool) -> list[tuple]:
+    "Train with `transformers.Trainer` as the authors did; `_clock` at the end of each optimizer step."
     import tempfile
     from transformers import (AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainerCallback,
                               TrainingArguments)
     ends = []
     class Clock(TrainerCallback):
-        def on_step_end(self, args, state, control, **kw): _sync(device); ends.append(time.perf_counter())
+        def on_step_end(self, args, state, control, **kw): ends.append(_clock(device))
     model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2, attn_implementation='sdpa',
                                                                dtype=torch.bfloat16 if bf16 else torch.float32)
     model.config.pad_token_id, model.config.is_causal = tok.pad_token_id, False   # bidirectional, as the paper
@@ -506,8 +511,8 @@ def _trainer_run(folder: Path, tok, examples: list[dict], lr: float, steps: int,
 
 
 def _our_run(folder: Path, tok, examples: list[dict], lr: float, steps: int, device, bf16: bool, side: FinetuneSide,
-             attn_backend: str) -> list[float]:
-    "Train with our `TaskModel` and `batch_backward`; the time at the end of each optimizer step."
+             attn_backend: str) -> list[tuple]:
+    "Train with our `TaskModel` and `batch_backward`; `_clock` at the end of each optimizer step."
     from transformers import get_linear_schedule_with_warmup
     seed_everything(0)
     model = TaskModel(load(folder, attn_backend=attn_backend), 'sequence', 2, pooling='last').to(device)
@@ -520,7 +525,7 @@ def _our_run(folder: Path, tok, examples: list[dict], lr: float, steps: int, dev
                        side.max_tokens, side.max_examples, side.packing)
         torch.nn.utils.clip_grad_norm_(model.parameters(), ADAMW.grad_clip)
         opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
-        _sync(device); ends.append(time.perf_counter())
+        ends.append(_clock(device))
     return ends
 
 # %% ../nbs/06_bench.ipynb #6d9500eb
@@ -558,7 +563,7 @@ def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classificati
     if steps <= warmup: raise ConfigError(f'steps={steps} must exceed warmup={warmup}: nothing would be timed')
     dev = pick_device(device); bf16 = dev.type == 'cuda' and torch.cuda.is_bf16_supported()
     sides = sides or finetune_sides(max_tokens)
-    times = {s.name: [] for s in sides}
+    times, cpu = {s.name: [] for s in sides}, {s.name: [] for s in sides}
     with tempfile.TemporaryDirectory() as scratch:
         folder, tok = _bench_checkpoint(checkpoint, size, Path(scratch))
         examples = finetune_examples(task, tok, steps * FT_BATCH)
@@ -567,26 +572,29 @@ def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classificati
             for side in sides[r % len(sides):] + sides[:r % len(sides)]:
                 ends = (_trainer_run(folder, tok, examples, lr, steps, dev, bf16) if side.trainer else
                         _our_run(folder, tok, examples, lr, steps, dev, bf16, side, backend))
-                times[side.name].append((ends[-1] - ends[warmup - 1]) / (steps - warmup))
-                if progress: print(f'run {r + 1}/{reps} {side.name}: {times[side.name][-1]:.3f} s/step', file=sys.stderr, flush=True)
+                times[side.name].append((ends[-1][0] - ends[warmup - 1][0]) / (steps - warmup))
+                cpu[side.name].append((ends[-1][1] - ends[warmup - 1][1]) / (steps - warmup))
+                if progress: print(f'run {r + 1}/{reps} {side.name}: {times[side.name][-1]:.3f} s/step, '
+                                   f'{cpu[side.name][-1]:.3f} CPU s/step', file=sys.stderr, flush=True)
                 gc.collect()
-    return _finetune_result(task, str(checkpoint or size or 'smollm2-135m'), sides, times, examples, steps, reps,
+    return _finetune_result(task, str(checkpoint or size or 'smollm2-135m'), sides, times, cpu, examples, steps, reps,
                             dict(device=_device_name(dev), bf16=bf16, attn_backend=backend, lr=lr, warmup=warmup))
 
 
-def _finetune_result(task, model, sides, times, examples, steps, reps, settings) -> dict:
+def _finetune_result(task, model, sides, times, cpu, examples, steps, reps, settings) -> dict:
+    "One row per side; ratios to the first side (the Trainer), `ratio` for the last (ours packed)."
     rows = []
+    base, cpu_base = statistics.median(times[sides[0].name]), statistics.median(cpu[sides[0].name])
     for s in sides:
-        t = times[s.name]; step_s = statistics.median(t)
-        rows.append(dict(side=s.name, step_s=step_s, step_s_min=min(t), step_s_max=max(t),
-                         examples_per_s=FT_BATCH / step_s, **computed_tokens(examples, s)))
-        rows[-1]['padding_waste'] = rows[-1]['computed_tokens'] / rows[-1]['real_tokens'] - 1
-    base = times[sides[0].name]
-    for row in rows: row['ratio'] = statistics.median(base) / row['step_s']
-    paired = [b / o for b, o in zip(base, times[sides[-1].name])]
+        t, c = times[s.name], cpu[s.name]
+        rows.append(dict(side=s.name, step_s=statistics.median(t), step_s_min=min(t), step_s_max=max(t),
+                         cpu_step_s=statistics.median(c), cpu_step_s_min=min(c), cpu_step_s_max=max(c),
+                         examples_per_s=FT_BATCH / statistics.median(t), **computed_tokens(examples, s)))
+        rows[-1].update(padding_waste=rows[-1]['computed_tokens'] / rows[-1]['real_tokens'] - 1,
+                        ratio=base / rows[-1]['step_s'], cpu_ratio=cpu_base / rows[-1]['cpu_step_s'])
+    paired = [b / o for b, o in zip(times[sides[0].name], times[sides[-1].name])]   # run r of each, close in time
     return dict(task=task, model=model, steps=steps, reps=reps, batch_size=FT_BATCH, sides=rows, **settings,
-                ratio=statistics.median(base) / statistics.median(times[sides[-1].name]),
-                ratio_min=min(paired), ratio_max=max(paired))
+                ratio=rows[-1]['ratio'], ratio_min=min(paired), ratio_max=max(paired), cpu_ratio=rows[-1]['cpu_ratio'])
 
 # %% ../nbs/06_bench.ipynb #dfbd9916
 def _bool_or_none(text: str):
@@ -658,12 +666,13 @@ def _finetune_main(a) -> dict:
                            a.device, a.attn_backend, progress=True)
     print(f"{r['device']}: {r['task']}, {r['model']}, {r['steps']} steps of {r['batch_size']} ({r['warmup']} warm-up), "
           f"lr {r['lr']:g}, bf16 {r['bf16']}, ours: {r['attn_backend']}; median of {r['reps']} run(s) per side")
-    print(f"{'side':<12} {'s/step':>7} {'[min, max]':>16} {'examples/s':>10} {'real tok':>9} {'computed':>9} "
-          f"{'waste':>7} {'vs Trainer':>10}")
+    print(f"{'side':<12} {'s/step':>7} {'[min, max]':>16} {'CPU s/step':>10} {'examples/s':>10} {'real tok':>9} "
+          f"{'computed':>9} {'waste':>7} {'vs Trainer':>10} {'(CPU)':>6}")
     for s in r['sides']:
         print(f"{s['side']:<12} {s['step_s']:7.3f} [{s['step_s_min']:6.3f}, {s['step_s_max']:6.3f}] "
-              f"{s['examples_per_s']:10.1f} {s['real_tokens']:9,d} {s['computed_tokens']:9,d} "
-              f"{s['padding_waste']:7.1%} {s['ratio']:9.2f}x")
+              f"{s['cpu_step_s']:10.3f} {s['examples_per_s']:10.1f} {s['real_tokens']:9,d} {s['computed_tokens']:9,d} "
+              f"{s['padding_waste']:7.1%} {s['ratio']:9.2f}x {s['cpu_ratio']:5.2f}x")
+    print(f"ours packed vs Trainer, run by run: [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]")
     path = Path(a.out or project_root()/'runs'/'bench')/f"finetune-{r['task']}-{Path(r['model']).name}.json"
     atomic_write_json(path, r)
     print(f'results: {path}')
