@@ -5,12 +5,18 @@
 # %% ../nbs/01a_data.ipynb #710767c0
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import gzip
+import hashlib
 import itertools
 import json
 import lzma
+import platform
+import re
 import time
 import weakref
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -19,14 +25,16 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from .core import ConfigError, assets_dir
+from .core import ConfigError, assets_dir, atomic_path, atomic_write_json, project_root, read_json
 from .vocab import PRETRAIN
 
 # %% auto #0
 __all__ = ['EMBEDDED', 'DEFAULT_REAL_TOKENIZER', 'FINEWEB_EDU', 'DEFAULT_FINEWEB_SUBSET', 'SPLITS', 'BOS', 'EOS', 'MASK',
-           'LLAMA3_RESERVED_MASK', 'LLAMA3_SPLIT_PATTERN', 'corpus_path', 'tokenizer_dir', 'embedded_records',
-           'embedded_documents', 'build_tokenizer', 'ensure_special_tokens', 'load_tokenizer', 'finite_documents',
-           'epoch_order', 'fineweb_documents', 'tokenize', 'packed_rows', 'batches', 'pipeline_throughput']
+           'LLAMA3_RESERVED_MASK', 'LLAMA3_SPLIT_PATTERN', 'STORE_FORMAT', 'DEFAULT_SHARD_TOKENS', 'DOCS_PER_UNIT',
+           'corpus_path', 'tokenizer_dir', 'embedded_records', 'embedded_documents', 'build_tokenizer',
+           'ensure_special_tokens', 'load_tokenizer', 'finite_documents', 'epoch_order', 'fineweb_documents',
+           'tokenize', 'packed_rows', 'batches', 'StoreError', 'StoreSource', 'store_source', 'default_store_dir',
+           'store_path', 'build_store', 'TokenStore', 'open_store', 'write_hub_layout', 'pipeline_throughput', 'main']
 
 # %% ../nbs/01a_data.ipynb #2bb93a59
 EMBEDDED = 'embedded'                                   # the name of the shipped corpus and tokenizer
@@ -117,17 +125,34 @@ def load_tokenizer(name_or_path: str | Path | None = None  # None or 'embedded':
     return ensure_special_tokens(tok)
 
 # %% ../nbs/01a_data.ipynb #9f15019b
+def _jsonl_texts(p: Path, text_field: str) -> list[str]:
+    "The `text_field` of every row of a .jsonl(.gz/.xz) file; a row that is not JSON or lacks the field is an error naming its line."
+    opener = gzip.open if p.name.lower().endswith('.gz') else lzma.open if p.name.lower().endswith('.xz') else open
+    texts = []
+    with opener(p, 'rt', encoding='utf-8') as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip(): continue
+            try: row = json.loads(line)
+            except json.JSONDecodeError as e: raise ConfigError(f'{p}:{n} is not a JSON row ({e.msg})') from None
+            if not isinstance(row, dict) or not isinstance(row.get(text_field), str):
+                fields = sorted(row)[:8] if isinstance(row, dict) else type(row).__name__
+                raise ConfigError(f'{p}:{n} has no text in field {text_field!r} (it has {fields}); set text_field '
+                                  f'to the field that holds the text')
+            texts.append(row[text_field])
+    return texts
+
 def _read_local(path: Path, text_field: str = 'text') -> list[str]:
     files = sorted(p for p in path.rglob('*') if p.is_file()) if path.is_dir() else [path]
     docs = []
     for p in files:
         name = p.name.lower()
-        if name.endswith('.txt'): docs.append(p.read_text(encoding='utf-8'))
-        elif name.endswith(('.jsonl', '.jsonl.gz', '.jsonl.xz')):
-            opener = gzip.open if name.endswith('.gz') else lzma.open if name.endswith('.xz') else open
-            with opener(p, 'rt', encoding='utf-8') as f:
-                docs += [json.loads(l)[text_field] for l in f if l.strip()]
-        elif not path.is_dir(): raise ConfigError(f'data file {str(p)!r} is not .txt, .jsonl, .jsonl.gz or .jsonl.xz')
+        try:
+            if name.endswith('.txt'): docs.append(p.read_text(encoding='utf-8'))
+            elif name.endswith(('.jsonl', '.jsonl.gz', '.jsonl.xz')): docs += _jsonl_texts(p, text_field)
+            elif not path.is_dir(): raise ConfigError(f'data file {str(p)!r} is not .txt, .jsonl, .jsonl.gz or .jsonl.xz')
+        except UnicodeDecodeError as e:
+            raise ConfigError(f'data file {str(p)!r} is not UTF-8 text (byte {e.start}: {e.reason}); convert it '
+                              f'first, e.g. `iconv -f latin1 -t utf-8`') from None
     if not docs: raise ConfigError(f'data path {str(path)!r} holds no .txt or .jsonl documents')
     return docs
 
@@ -135,11 +160,13 @@ def finite_documents(data: str | Path,        # 'embedded' or a local .txt/.json
                      split: str = 'train',    # for 'embedded' only: 'train', 'heldout' or 'all'
                      text_field: str = 'text' # for .jsonl only: the field that holds the text
                     ) -> list[str]:
-    "All documents of a finite source, in a fixed order, empty ones dropped."
+    "All documents of a finite source, in a fixed order, empty ones dropped (none left is an error)."
     if str(data) == EMBEDDED: docs = embedded_documents(split)
     elif Path(data).exists(): docs = _read_local(Path(data), text_field)
     else: raise ConfigError(f"data={str(data)!r} is neither 'embedded', 'fineweb-edu' nor an existing file or folder")
-    return [d for d in docs if d.strip()]
+    docs = [d for d in docs if d.strip()]
+    if not docs: raise ConfigError(f'data={str(data)!r}: every document is empty or whitespace only')
+    return docs
 
 def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
     "The permutation of `n` documents used in `epoch`: a function of `seed + epoch` alone."
@@ -231,6 +258,414 @@ def batches(rows: Iterable[dict],  # rows from `packed_rows`
     while len(group := list(itertools.islice(it, batch_size))) == batch_size:
         yield {k: torch.stack([r[k] for r in group]) for k in group[0]}
 
+# %% ../nbs/01a_data.ipynb #8a3ca522
+STORE_FORMAT = 'mlmclm-token-store/1'
+DEFAULT_SHARD_TOKENS = 100_000_000   # nanoGPT's FineWeb-Edu shards: 10^8 tokens (200 MB in uint16, 400 MB in uint32)
+DOCS_PER_UNIT = 256                  # documents of a finite source tokenized together by one worker
+
+class StoreError(ConfigError):
+    "A token store that is missing, unfinished, corrupt or made for other data; the message says how to repair it."
+
+
+@dataclass(frozen=True)
+class StoreSource:
+    "Where a store's documents come from: enough to find the store again and to record its provenance."
+    kind: str                      # 'embedded', 'local' or 'fineweb-edu'
+    path: str                      # 'embedded', a local file/folder, or the hub repo (an id, or a folder in the hub's layout)
+    subset: str | None = None      # fineweb-edu: the config name, e.g. 'sample-350BT'
+    revision: str | None = None    # fineweb-edu: the hub revision asked for (None: the default branch)
+    text_field: str = 'text'       # the column (or .jsonl field) holding the text
+
+
+def store_source(data: str | Path,            # 'embedded', 'fineweb-edu', or a local .txt/.jsonl file or folder
+                 subset: str | None = None,   # fineweb-edu subset; DEFAULT_FINEWEB_SUBSET when None
+                 repo: str | None = None,     # fineweb-edu: hub id or local folder in the hub layout; FINEWEB_EDU when None
+                 revision: str | None = None, # fineweb-edu: hub revision
+                 text_field: str = 'text',
+                ) -> StoreSource:
+    "The `StoreSource` of a `data` value as the trainer and `build-store` take it."
+    if str(data) == EMBEDDED: return StoreSource('embedded', EMBEDDED, text_field=text_field)
+    if str(data) == 'fineweb-edu':
+        return StoreSource('fineweb-edu', str(repo or FINEWEB_EDU), subset or DEFAULT_FINEWEB_SUBSET, revision, text_field)
+    if not Path(data).exists():
+        raise ConfigError(f"data={str(data)!r} is neither 'embedded', 'fineweb-edu', a token store nor an existing "
+                          f"file or folder of .txt/.jsonl")
+    return StoreSource('local', str(Path(data).resolve()), text_field=text_field)
+
+# %% ../nbs/01a_data.ipynb #0f044ac0
+def _tokenizer_sha(tokenizer) -> str:
+    "SHA-256 of the tokenizer's full definition (vocabulary, merges, normalizer, special and added tokens)."
+    return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()
+
+
+def _finite_units(source: StoreSource, seed: int) -> tuple[list, str]:
+    "Units of 256 texts in the order of `epoch_order(n, seed, 0)`, and a hash of the documents' contents."
+    docs = finite_documents(source.path, text_field=source.text_field)
+    content = hashlib.sha256()
+    for d in docs: content.update(hashlib.sha256(d.encode()).digest())
+    ordered = [docs[i] for i in epoch_order(len(docs), seed, 0)]
+    units = [('texts', ordered[i:i + DOCS_PER_UNIT]) for i in range(0, len(ordered), DOCS_PER_UNIT)]
+    return units, content.hexdigest()
+
+
+def _hub_data_files(source: StoreSource) -> tuple[list[str], str | None]:
+    "The Parquet files of the subset's train split (hub URLs or local paths) and the revision they resolve to."
+    from datasets import load_dataset_builder
+    try: builder = load_dataset_builder(source.path, name=source.subset, revision=source.revision)
+    except ValueError as e:
+        raise ConfigError(f'subset={source.subset!r} of {source.path!r}: {str(e).splitlines()[0]}') from None
+    files = sorted(str(f) for f in builder.config.data_files['train'])
+    rev = re.search(r'@([0-9a-f]{40})/', files[0]) if files else None   # hub URLs carry the commit they resolved to
+    return files, rev.group(1) if rev else source.revision
+
+
+def _parquet(path: str):
+    "A `pyarrow.parquet.ParquetFile` on a local path or a `hf://` URL (streamed by `huggingface_hub`)."
+    import pyarrow.parquet as pq
+    if path.startswith('hf://'):
+        from huggingface_hub import HfFileSystem
+        return pq.ParquetFile(HfFileSystem().open(path[len('hf://'):], 'rb'))
+    return pq.ParquetFile(path)
+
+
+def _hub_units(source: StoreSource, seed: int) -> tuple[list, str]:
+    "One unit per Parquet row group, in the order of a permutation drawn with `seed`; a hash of the file list."
+    files, revision = _hub_data_files(source)
+    if not files: raise ConfigError(f'subset={source.subset!r} of {source.path!r} has no train files')
+    units = []
+    for f in files:
+        meta = _parquet(f).metadata
+        units += [('parquet', f, g, meta.row_group(g).num_rows) for g in range(meta.num_row_groups)]
+    listing = json.dumps([[Path(f).name, g, n] for _, f, g, n in units] + [revision])
+    order = np.random.default_rng(seed).permutation(len(units))
+    # within a unit, the documents' order is drawn from (seed, the unit's number in file order)
+    units = [(*units[i][:3], [seed, int(i)]) for i in order]
+    return units, hashlib.sha256(listing.encode()).hexdigest()
+
+# %% ../nbs/01a_data.ipynb #9479fe74
+_WORKER: dict = {}   # what a tokenizing process holds: the tokenizer, BOS/EOS ids, the open Parquet files
+
+def _init_worker(tokenizer_dir: str, text_field: str) -> None:
+    tok = load_tokenizer(tokenizer_dir)
+    _WORKER.update(tok=tok.backend_tokenizer, bos=tok.bos_token_id, eos=tok.eos_token_id, text_field=text_field,
+                   files={})
+
+
+def _unit_texts(unit: tuple) -> list[str]:
+    "The texts of a unit: carried in it (finite sources), or one Parquet row group shuffled with the unit's seed."
+    if unit[0] == 'texts': return unit[1]
+    _, path, group, order_seed = unit
+    files = _WORKER['files']
+    if path not in files: files[path] = _parquet(path)
+    texts = files[path].read_row_group(group, columns=[_WORKER['text_field']]).column(0).to_pylist()
+    texts = [texts[i] for i in np.random.default_rng(order_seed).permutation(len(texts))]
+    return [t for t in texts if isinstance(t, str) and t.strip()]
+
+
+def _unit_tokens(unit: tuple) -> tuple[np.ndarray, np.ndarray]:
+    "The unit's documents as one stream `[BOS] ids [EOS] [BOS] ...` (int64) and the offset where each document begins."
+    bos, eos = _WORKER['bos'], _WORKER['eos']
+    flat, starts = [], []
+    for enc in _WORKER['tok'].encode_batch(_unit_texts(unit), add_special_tokens=False):
+        starts.append(len(flat))
+        flat.append(bos); flat.extend(enc.ids); flat.append(eos)
+    return np.asarray(flat, dtype=np.int64), np.asarray(starts, dtype=np.int64)
+
+
+def _tokenized(units: list, tokenizer_dir: Path, text_field: str, workers: int) -> Iterator[tuple]:
+    "`_unit_tokens` of each unit, in order, computed by `workers` spawned processes (in this one when 1)."
+    if workers == 1:
+        _init_worker(str(tokenizer_dir), text_field)
+        yield from map(_unit_tokens, units)
+        return
+    import multiprocessing as mp
+    with mp.get_context('spawn').Pool(workers, _init_worker, (str(tokenizer_dir), text_field)) as pool:
+        yield from pool.imap(_unit_tokens, units)
+
+# %% ../nbs/01a_data.ipynb #04105892
+def _save_npy(path: Path, array: np.ndarray) -> str:
+    "Write `array` as `.npy` atomically; its SHA-256."
+    with atomic_path(path) as tmp:
+        with open(tmp, 'wb') as f: np.save(f, array)
+    with open(path, 'rb') as f: return hashlib.file_digest(f, 'sha256').hexdigest()
+
+
+class _ShardWriter:
+    "Fills shards of exactly `shard_tokens` tokens and records each in the manifest the moment it lands."
+    def __init__(self, folder: Path, manifest: dict):
+        self.folder, self.m = folder, manifest
+        self.buf = np.empty(manifest['shard_tokens'], np.dtype(manifest['dtype']))
+        self.fill, self.starts = 0, []
+        self.begin = self.at = dict(manifest['cursor'])        # where the open shard begins; where writing stands
+        self.written = sum(s['tokens'] for s in manifest['shards'])
+
+    def room(self) -> int:
+        cap = self.m['max_tokens']
+        free = len(self.buf) - self.fill
+        return free if cap is None else min(free, cap - self.written - self.fill)
+
+    def add(self, unit: int, tokens: np.ndarray, starts: np.ndarray, pos: int = 0) -> bool:
+        "Append `tokens[pos:]` of unit number `unit`; False once `max_tokens` is reached."
+        while pos < len(tokens) and (take := min(len(tokens) - pos, self.room())) > 0:
+            self.buf[self.fill:self.fill + take] = tokens[pos:pos + take]
+            a, b = np.searchsorted(starts, [pos, pos + take])
+            self.starts.append(starts[a:b] - pos + self.fill)
+            self.fill += take; pos += take
+            self.at = dict(unit=unit, token=pos)
+            if self.fill == len(self.buf): self.flush()
+        if pos == len(tokens): self.at = dict(unit=unit + 1, token=0)
+        return self.room() > 0
+
+    def flush(self) -> None:
+        "Write the open shard (also a short last one) and move the manifest's cursor past it."
+        name = f"shard-{len(self.m['shards']):06d}"
+        starts = np.concatenate(self.starts) if self.starts else np.zeros(0, np.int64)
+        sha = {part: _save_npy(self.folder/f'{name}.{part}.npy', a)
+               for part, a in (('tokens', self.buf[:self.fill]), ('starts', starts))}
+        self.m['shards'].append(dict(name=name, tokens=self.fill, documents=len(starts), begins_at=self.begin, sha256=sha))
+        self.m['cursor'] = self.begin = dict(self.at)
+        self.written += self.fill
+        self.fill, self.starts = 0, []
+        atomic_write_json(self.folder/'manifest.json', self.m)
+
+# %% ../nbs/01a_data.ipynb #79d86e69
+def _check_shard(folder: Path, entry: dict) -> str | None:
+    "None when both files of the shard `entry` match their checksums, else what is wrong."
+    for part in ('tokens', 'starts'):
+        path = folder/f"{entry['name']}.{part}.npy"
+        if not path.is_file(): return f'{path} is missing'
+        with open(path, 'rb') as f: got = hashlib.file_digest(f, 'sha256').hexdigest()
+        if got != entry['sha256'][part]:
+            return f"{path} fails its checksum (sha256 {got[:12]}..., the manifest says {entry['sha256'][part][:12]}...)"
+    return None
+
+
+def _reopen_from(m: dict, index: int, why: str) -> None:
+    "Drop shard `index` and those after it; the build continues where shard `index` began."
+    if index >= len(m['shards']): return
+    print(f"token store: {why}; continuing the build from shard {index}")
+    m['cursor'] = m['shards'][index]['begins_at']
+    m['shards'], m['complete'] = m['shards'][:index], False
+
+
+def _resume_manifest(folder: Path, m: dict, max_tokens: int | None) -> dict:
+    "An existing manifest made ready to continue: corrupt shards dropped, a short last shard reopened, grown if asked."
+    bad = next(((i, e) for i, s in enumerate(m['shards']) if (e := _check_shard(folder, s))), None)
+    if bad: _reopen_from(m, bad[0], bad[1])
+    last = len(m['shards']) - 1
+    if not m['complete'] and last >= 0 and m['shards'][last]['tokens'] < m['shard_tokens']:
+        _reopen_from(m, last, 'the last shard is short (a build killed while finishing)')
+    if m['complete'] and max_tokens != m['max_tokens']:
+        if max_tokens is not None and max_tokens < m['n_tokens']:
+            raise StoreError(f"{folder} holds {m['n_tokens']:,} tokens; max_tokens={max_tokens:,} would cut it: "
+                             f"build the smaller store in another folder")
+        exhausted = m['cursor']['unit'] >= m['units']
+        m['max_tokens'] = max_tokens
+        if not exhausted and m['shards'][-1]['tokens'] < m['shard_tokens']:
+            _reopen_from(m, len(m['shards']) - 1, f'growing the store to max_tokens={max_tokens}')
+        elif not exhausted: m['complete'] = False
+    return m
+
+
+def _open_manifest(folder: Path, head: dict, shard_tokens: int, max_tokens: int | None, tokenizer) -> dict:
+    "The manifest to build from: a new one, or the folder's own checked against `head` and made ready to resume."
+    path = folder/'manifest.json'
+    if path.is_file():
+        m = read_json(path)
+        differ = sorted(k for k in head if m.get(k) != head[k]) + (['shard_tokens'] if m['shard_tokens'] != shard_tokens else [])
+        if differ:
+            raise StoreError(f'{folder} holds a token store made with other {differ} '
+                             f'(it has {[m.get(k) for k in differ]}); build into another folder')
+        return _resume_manifest(folder, m, max_tokens)
+    tokenizer.save_pretrained(str(folder/'tokenizer'))
+    m = dict(head, shard_tokens=shard_tokens, max_tokens=max_tokens, shards=[], cursor=dict(unit=0, token=0),
+             complete=False, builds=[])
+    atomic_write_json(path, m)
+    return m
+
+
+@contextlib.contextmanager
+def _build_lock(folder: Path):
+    "Hold `folder/.build.lock` exclusively: a second builder waits, then finds the store finished."
+    import fcntl
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder/'.build.lock', 'w') as f:
+        try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f'token store: {folder} is being built by another process; waiting for it')
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+# %% ../nbs/01a_data.ipynb #0c4baafb
+def default_store_dir() -> Path:
+    "Where stores are built and found unless told otherwise: `<project>/stores` (ignored by git)."
+    return project_root()/'stores'
+
+
+def _store_plan(source: StoreSource, tokenizer, seed: int) -> tuple[list, dict]:
+    "The source's units in build order, and the manifest fields that say what the store holds."
+    units, content = (_hub_units if source.kind == 'fineweb-edu' else _finite_units)(source, seed)
+    tok_sha = _tokenizer_sha(tokenizer)
+    head = dict(format=STORE_FORMAT, source=dataclasses.asdict(source), content_sha256=content, seed=seed,
+                units=len(units), dtype='uint16' if len(tokenizer) <= 2**16 else 'uint32',
+                tokenizer=dict(name=str(tokenizer.name_or_path), sha256=tok_sha, bos_token_id=tokenizer.bos_token_id,
+                               eos_token_id=tokenizer.eos_token_id, vocab_size=len(tokenizer)),
+                # what identifies the token stream (the same stream, however sharded or truncated)
+                store_id=hashlib.sha256(json.dumps([content, tok_sha, seed, STORE_FORMAT]).encode()).hexdigest()[:16])
+    return units, head
+
+
+def store_path(source: StoreSource, tokenizer, seed: int, store_dir: str | Path | None = None,
+               content: str | None = None) -> Path:
+    "The folder of the store of (source, tokenizer, seed) under `store_dir`: a readable name and a hash."
+    name = {'embedded': EMBEDDED, 'local': Path(source.path).name, 'fineweb-edu': f'fineweb-edu-{source.subset}'}[source.kind]
+    key = hashlib.sha256(json.dumps([dataclasses.asdict(source), _tokenizer_sha(tokenizer), seed, content]).encode())
+    return Path(store_dir or default_store_dir())/f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}-seed{seed}-{key.hexdigest()[:10]}"
+
+
+def build_store(data: str | Path = EMBEDDED,       # 'embedded', 'fineweb-edu', or a local .txt/.jsonl file or folder
+                out: str | Path | None = None,    # the store folder; `store_path(...)` under `store_dir` when None
+                tokenizer=None,                   # a tokenizer or a name for `load_tokenizer` (the embedded one when None)
+                seed: int = 42,                   # fixes the order of units and of documents inside them
+                workers: int = 1,                 # tokenizing processes
+                subset: str | None = None,        # fineweb-edu subset (DEFAULT_FINEWEB_SUBSET when None)
+                repo: str | None = None,          # fineweb-edu: hub id or a local folder in the hub's layout
+                revision: str | None = None,      # fineweb-edu: hub revision
+                text_field: str = 'text',         # the column / .jsonl field holding the text
+                shard_tokens: int = DEFAULT_SHARD_TOKENS,  # tokens per shard (the last one holds the rest)
+                max_tokens: int | None = None,    # stop after this many tokens (None: the whole source)
+                store_dir: str | Path | None = None,  # where `out=None` puts it (`default_store_dir()` when None)
+               ) -> Path:
+    "Tokenize `data` into a token store, or finish (or grow) the store a killed build left in `out`; returns the folder."
+    if workers < 1 or shard_tokens < 1 or (max_tokens is not None and max_tokens < 1):
+        raise ConfigError(f'workers={workers}, shard_tokens={shard_tokens}, max_tokens={max_tokens}: each must be >= 1')
+    source = store_source(data, subset, repo, revision, text_field)
+    tok = tokenizer if tokenizer is not None and not isinstance(tokenizer, (str, Path)) else load_tokenizer(tokenizer)
+    units, head = _store_plan(source, tok, seed)
+    content = head['content_sha256'] if source.kind != 'fineweb-edu' else None
+    out = Path(out) if out is not None else store_path(source, tok, seed, store_dir, content)
+    with _build_lock(out):
+        m = _open_manifest(out, head, shard_tokens, max_tokens, tok)
+        if not m['complete']: _write_units(out, m, units, workers)
+    return out
+
+
+def _write_units(folder: Path, m: dict, units: list, workers: int) -> None:
+    "Tokenize the units from the manifest's cursor on into shards, then mark the store complete."
+    writer, t0 = _ShardWriter(folder, m), time.perf_counter()
+    first, skip, before = m['cursor']['unit'], m['cursor']['token'], writer.written
+    for k, (tokens, starts) in enumerate(_tokenized(units[first:], folder/'tokenizer', m['source']['text_field'], workers)):
+        if not writer.add(first + k, tokens, starts, skip if k == 0 else 0): break
+    if writer.fill: writer.flush()
+    if not writer.written: raise StoreError(f"{m['source']['path']}: no tokens (every document is empty)")
+    seconds = time.perf_counter() - t0
+    m['builds'].append(dict(workers=workers, tokens=writer.written - before, seconds=round(seconds, 3),
+                            tokens_per_s=round((writer.written - before) / max(seconds, 1e-9)), host=platform.node()))
+    m.update(complete=True, n_tokens=writer.written, n_documents=sum(s['documents'] for s in m['shards']))
+    m['tokens_per_document'] = m['n_tokens'] / max(m['n_documents'], 1)
+    atomic_write_json(folder/'manifest.json', m)
+
+# %% ../nbs/01a_data.ipynb #9d8cc140
+class TokenStore:
+    "A finished token store, read through memory maps: any token range, hence any row, in O(1)."
+    def __init__(self, folder: str | Path,  # a folder written by `build_store`
+                 verify: bool = True,       # check each shard's SHA-256 the first time this process opens it
+                ):
+        self.folder, self.verify, self._open = Path(folder), verify, {}
+        if not (self.folder/'manifest.json').is_file():
+            raise StoreError(f'{self.folder} is not a token store (no manifest.json); make one with '
+                             f'`python -m mlmclm.data build-store --out {self.folder} ...`')
+        self.manifest = m = read_json(self.folder/'manifest.json')
+        if m.get('format') != STORE_FORMAT:
+            raise StoreError(f"{self.folder}: format {m.get('format')!r} is not {STORE_FORMAT!r}")
+        if not m['complete']:
+            raise StoreError(f"{self.folder}: the build has not finished ({len(m['shards'])} shards so far); rerun the "
+                             f"same `build-store` command to finish it")
+        self.n_tokens, self.shard_tokens = m['n_tokens'], m['shard_tokens']
+
+    def __len__(self) -> int: return self.n_tokens
+    @property
+    def store_id(self) -> str: return self.manifest['store_id']
+
+    def _shard(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        if i not in self._open:
+            entry = self.manifest['shards'][i]
+            if self.verify and (problem := _check_shard(self.folder, entry)):
+                raise StoreError(f'{problem}: the shard is corrupt; rerun `build-store` with --out {self.folder} '
+                                 f'to rebuild it from its first bad shard')
+            self._open[i] = tuple(np.load(self.folder/f"{entry['name']}.{part}.npy", mmap_mode='r')
+                                  for part in ('tokens', 'starts'))
+        return self._open[i]
+
+    def window(self, start: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        "Tokens `[start, start + n)` of the endless stream (token `t` is store token `t mod len(store)`): ids (n,) int64, and (n,) True where a document begins."
+        ids, begins = np.empty(n, np.int64), np.zeros(n, bool)
+        done, pos = 0, start % self.n_tokens
+        while done < n:
+            shard, off = divmod(pos, self.shard_tokens)
+            tokens, starts = self._shard(shard)
+            take = min(n - done, len(tokens) - off)
+            ids[done:done + take] = tokens[off:off + take]
+            a, b = np.searchsorted(starts, [off, off + take])
+            begins[starts[a:b] - off + done] = True
+            done, pos = done + take, (pos + take) % self.n_tokens
+        return ids, begins
+
+    def rows(self, first_token: int,  # where row 0 begins (a run's `data_offset`)
+             first_row: int, n: int,   # rows `[first_row, first_row + n)`
+             seq_len: int) -> dict:
+        "`{'input_ids': (n, seq_len), 'document_ids': (n, seq_len)}` (int64), as `packed_rows` makes them."
+        ids, begins = self.window(first_token + first_row * seq_len, n * seq_len)
+        ids, begins = ids.reshape(n, seq_len), begins.reshape(n, seq_len)
+        docs = np.cumsum(begins, axis=1) - begins[:, :1]            # 0 for the row's first piece, then 1, 2, ...
+        return {'input_ids': torch.from_numpy(ids), 'document_ids': torch.from_numpy(docs)}
+
+# %% ../nbs/01a_data.ipynb #3e43c96a
+def open_store(data: str | Path,        # a store folder, or a source for `build_store` ('embedded', 'fineweb-edu', a path)
+               tokenizer,               # the run's tokenizer: the store must have been made with it
+               seed: int = 42,          # the build seed, when the store is found (or built) from a source
+               subset: str | None = None, text_field: str = 'text',
+               store_dir: str | Path | None = None,  # where stores of sources live (`default_store_dir()`)
+               workers: int = 1,        # tokenizing processes, when a finite source's store must be built
+              ) -> TokenStore:
+    "The store a run reads: `data` itself if it is a store, else the store of (data, tokenizer, seed), built first for a finite source."
+    if (Path(data)/'manifest.json').is_file(): store = TokenStore(data)
+    elif str(data) == 'fineweb-edu':
+        source = store_source(data, subset, text_field=text_field)
+        folder = store_path(source, tokenizer, seed, store_dir)
+        if not (folder/'manifest.json').is_file():
+            raise StoreError(f'no token store of {FINEWEB_EDU} {source.subset} at {folder}; build it first (hours, '
+                             f'once): python -m mlmclm.data build-store --source fineweb-edu --subset {source.subset} '
+                             f'--tokenizer {tokenizer.name_or_path} --seed {seed} --store-dir {folder.parent} --workers N')
+        store = TokenStore(folder)
+    else: store = TokenStore(build_store(data, None, tokenizer, seed, workers, text_field=text_field, store_dir=store_dir))
+    if store.manifest['tokenizer']['sha256'] != _tokenizer_sha(tokenizer):
+        raise StoreError(f"{store.folder} was made with tokenizer {store.manifest['tokenizer']['name']!r}, not the "
+                         f"run's {tokenizer.name_or_path!r} (their definitions differ)")
+    return store
+
+
+def write_hub_layout(folder: str | Path,        # the repo folder to write
+                     documents: list[str],      # the texts, spread over the files in order
+                     subset: str = 'sample-10BT',  # the config name; files go to sample/10BT/
+                     files: int = 2,            # Parquet files
+                     row_group_size: int = 64,  # rows per Parquet row group (a builder unit)
+                    ) -> Path:
+    "Write `documents` as a dataset repo laid out like FineWeb-Edu on the hub (README configs, Parquet with its columns): an offline `repo=`."
+    import pyarrow as pa, pyarrow.parquet as pq
+    folder, part = Path(folder), subset.replace('sample-', 'sample/')
+    (folder/part).mkdir(parents=True, exist_ok=True)
+    for f, chunk in enumerate(np.array_split(np.arange(len(documents)), files)):
+        texts = [documents[i] for i in chunk]
+        table = pa.table(dict(text=texts, id=[f'<urn:uuid:{i}>' for i in chunk], dump=['CC-MAIN-2024-10'] * len(texts),
+                              url=[f'https://example.org/{i}' for i in chunk], language=['en'] * len(texts),
+                              language_score=[0.9] * len(texts), token_count=[len(t.split()) for t in texts],
+                              score=[3.0] * len(texts), int_score=[3] * len(texts)))
+        pq.write_table(table, folder/part/f'{f:03d}_00000.parquet', row_group_size=row_group_size)
+    (folder/'README.md').write_text(f'---\nconfigs:\n- config_name: {subset}\n  data_files:\n  - split: train\n'
+                                    f'    path: {part}/*\n---\n# a stand-in for {FINEWEB_EDU} (mlmclm.data.write_hub_layout)\n')
+    return folder
+
 # %% ../nbs/01a_data.ipynb #23785610
 def pipeline_throughput(data: str | Path = EMBEDDED,  # as in `packed_rows`
                         tokenizer: str | Path | None = None,  # a name for `load_tokenizer` (loaded outside the timing)
@@ -242,3 +677,45 @@ def pipeline_throughput(data: str | Path = EMBEDDED,  # as in `packed_rows`
     t = time.perf_counter()
     n = sum(1 for _ in itertools.islice(packed_rows(data, tok, seq_len, **source_kwargs), n_rows))
     return n * seq_len / (time.perf_counter() - t)
+
+# %% ../nbs/01a_data.ipynb #8f40f734
+def _cli() -> 'argparse.ArgumentParser':
+    import argparse
+    p = argparse.ArgumentParser(prog='python -m mlmclm.data', description='Build and check token stores.')
+    sub = p.add_subparsers(dest='command', required=True)
+    b = sub.add_parser('build-store', help='tokenize a source into a token store (resumes a killed build)')
+    b.add_argument('--source', default=EMBEDDED, help="'embedded', 'fineweb-edu', or a .txt/.jsonl file or folder")
+    b.add_argument('--subset', help=f'fineweb-edu subset (default {DEFAULT_FINEWEB_SUBSET})')
+    b.add_argument('--repo', help=f'fineweb-edu: hub id or a local folder in the hub layout (default {FINEWEB_EDU})')
+    b.add_argument('--revision', help='fineweb-edu: hub revision')
+    b.add_argument('--text-field', default='text')
+    b.add_argument('--tokenizer', help="name or folder for load_tokenizer (default: the embedded tokenizer)")
+    b.add_argument('--out', help='the store folder (default: <store-dir>/<source>-seed<seed>-<hash>)')
+    b.add_argument('--store-dir', help='where stores go when --out is not given (default <project>/stores)')
+    b.add_argument('--workers', type=int, default=1); b.add_argument('--seed', type=int, default=42)
+    b.add_argument('--shard-tokens', type=int, default=DEFAULT_SHARD_TOKENS)
+    b.add_argument('--max-tokens', type=lambda v: int(float(v)), help='stop after this many tokens (e.g. 1.3e11)')
+    v = sub.add_parser('verify-store', help="check every shard's checksum")
+    v.add_argument('folder')
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    "`build-store ...` or `verify-store DIR`."
+    args = _cli().parse_args(argv)
+    try:
+        if args.command == 'verify-store':
+            store = TokenStore(args.folder, verify=False)
+            problems = [e for s in store.manifest['shards'] if (e := _check_shard(store.folder, s))]
+            print('\n'.join(problems) or f"{store.folder}: {len(store.manifest['shards'])} shards, checksums match")
+            raise SystemExit(1 if problems else 0)
+        folder = build_store(args.source, args.out, args.tokenizer, args.seed, args.workers, args.subset, args.repo,
+                             args.revision, args.text_field, args.shard_tokens, args.max_tokens, args.store_dir)
+    except ConfigError as e: raise SystemExit(f'error: {e}') from None
+    m = read_json(folder/'manifest.json')
+    print(f"{folder}: {m['n_tokens']:,} tokens, {m['n_documents']:,} documents, {len(m['shards'])} shards; "
+          f"this build: {m['builds'][-1]['tokens_per_s']:,} tokens/s with {m['builds'][-1]['workers']} workers")
+
+# %% ../nbs/01a_data.ipynb #8f8db5c3
+# `python -m mlmclm.data`; not when this notebook itself runs (IPython sets builtins.__IPYTHON__)
+if __name__ == '__main__' and not hasattr(__import__('builtins'), '__IPYTHON__'): main()
