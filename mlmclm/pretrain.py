@@ -560,10 +560,9 @@ def _record(run: Run, state: TrainState, why: str, history: list, replaced: dict
 def _resume(run: Run) -> tuple[TrainState, dict | None]:
     "Our own latest state first, else an explicitly given one (a CLM run's checkpoint at a biphasic switch)."
     source = state_folder(run.state_dir) or (state_folder(run.cfg.resume_from) if run.cfg.resume_from else None)
-    if source is None: return TrainState(), None
-    state, extra = load_training_state(run, source)
-    run.acc.print(f'resumed from {source} at step {state.step}')
-    if run.is_main: _truncate_metrics(run.folder/'metrics.jsonl', state.step)
+    state, extra = load_training_state(run, source) if source else (TrainState(), None)
+    if source: run.acc.print(f'resumed from {source} at step {state.step}')
+    if run.is_main: _truncate_metrics(run.folder/'metrics.jsonl', state.step)   # also a session killed before its first save
     return state, extra
 
 

@@ -163,3 +163,40 @@ def test_item10_metrics_are_truncated_to_the_resumed_step(tmp_path):
 def test_item10_a_run_id_that_is_not_a_plain_folder_name_is_rejected(tmp_path, run_id):
     with pytest.raises(ConfigError, match='must be a plain folder name'):
         check_pretrain_config(_cfg(tmp_path, run_id=run_id))
+
+
+# ---------------------------------------------------------------- issue 15: SIGKILL at 5 random points
+def _whole(folder):
+    "A folder `_atomic_dir` put in place: marked complete, and (for a checkpoint) loadable."
+    return (folder/'.complete').is_file() and (folder.name == 'state' or load(folder) is not None)
+
+
+@pytest.mark.slow
+def test_sigkill_at_five_random_points_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path, straight):
+    rng = random.Random()
+    seed = rng.randrange(10**6); rng.seed(seed)
+    cmd = [PY, '-m', 'mlmclm.pretrain', 'run', *(f'{k}={v}' for k, v in TINY.items()), f'out_dir={tmp_path}',
+           'run_id=killed', 'save_every=1', 'checkpoint_steps=3,5']
+    run, kills = tmp_path/'killed', []
+    writing = lambda: list(run.glob('.state.tmp-*')) + list(run.glob('checkpoints/.step-*.tmp-*'))
+    for k in range(5):
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        done = len(read_jsonl(run/'metrics.jsonl'))
+        target, during_write = done + rng.randint(0, 2), k % 2 == 1        # every other kill waits for a write
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            if len(read_jsonl(run/'metrics.jsonl')) >= target and (not during_write or writing()): break
+            time.sleep(0.001)
+        in_write = bool(writing())
+        proc.send_signal(signal.SIGKILL); proc.wait()
+        kills.append((len(read_jsonl(run/'metrics.jsonl')), in_write))
+        for folder in [run/'state', *run.glob('checkpoints/step-*')]:
+            assert not folder.exists() or _whole(folder), (seed, kills, folder)   # nothing half-written in place
+    assert sum(w for _, w in kills) >= 2, (seed, kills)
+    assert kills[-1][0] < 8, (seed, kills)
+    final = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert final.returncode == 0, final.stderr[-3000:]
+    print(f'seed {seed}: killed at (steps logged, inside a write) {kills}')
+    assert _same(straight, _weights(run/'checkpoints'/'step-8')), (seed, kills)
+    assert [m['step'] for m in read_jsonl(run/'metrics.jsonl')] == list(range(1, 9))
+    assert not list(run.glob('.*.tmp-*')) and not list(run.glob('.*.old-*'))
