@@ -24,8 +24,9 @@ from .objectives import flops_per_token
 __all__ = ['DEMO_SCALE', 'DEMO_PRETRAIN', 'DEMO_FINETUNE', 'PRESETS', 'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan',
            'build_plan', 'intermediate_datasets', 'paper_plan', 'Costs', 'run_flops', 'finetune_flops', 'estimate',
            'select', 'demo_experiments', 'demo_plan', 'checkpoint_dir', 'pretrain_params', 'runnable_notebook',
-           'run_notebook', 'finetune_jobs', 'accelerate_command', 'submit_finetune_array', 'finetune_params', 'launch',
-           'get_plan', 'describe', 'main']
+           'run_notebook', 'finetune_jobs', 'paper_grad_accum', 'accelerate_command', 'submit_finetune_array',
+           'PretrainJob', 'pretrain_job_specs', 'submit_pretrain_jobs', 'finetune_params', 'launch', 'get_plan',
+           'describe', 'main']
 
 # %% ../nbs/04_study.ipynb #59d3ae7e
 @dataclass
@@ -338,17 +339,21 @@ def finetune_jobs(plan: StudyPlan) -> list[dict]:
     return jobs
 
 # %% ../nbs/04_study.ipynb #a51c1064
+def paper_grad_accum(batch_size: int, world: int) -> int:
+    "Micro-batches per step that keep the paper's 2,304 sequences per step with `world` processes of `batch_size` rows."
+    if 2304 % (batch_size * world):
+        raise ConfigError(f"batch_size={batch_size} x {world} processes does not divide the paper's "
+                          f"2304 sequences per step; choose a GPU count that does")
+    return 2304 // (batch_size * world)
+
+# %% ../nbs/04_study.ipynb #cbaa5493
 def accelerate_command(plan: StudyPlan, run: PlannedRun, root: Path, num_processes: int = 8, num_machines: int = 1,
                        extra: str = '') -> str:
     "The `accelerate launch` command line that trains `run` (paths inside the study folder `root`)."
     import shlex
     params = pretrain_params(plan, run, root)
     if plan.preset.startswith('paper'):   # keep the paper's 2,304 sequences per step on any GPU count
-        world = num_processes * num_machines
-        if 2304 % (params['batch_size'] * world):
-            raise ConfigError(f"batch_size={params['batch_size']} x {world} processes does not divide the paper's "
-                              f"2304 sequences per step; choose a GPU count that does")
-        params['grad_accum'] = 2304 // (params['batch_size'] * world)
+        params['grad_accum'] = paper_grad_accum(params['batch_size'], num_processes * num_machines)
     args = ' '.join(shlex.quote(f'{k}={v}') for k, v in params.items() if v is not None)
     return (f'accelerate launch --num_processes {num_processes * num_machines} --num_machines {num_machines} '
             f'{extra}-m mlmclm.pretrain run {args}').replace('  ', ' ')
@@ -373,6 +378,57 @@ def submit_finetune_array(plan: StudyPlan, root: Path, folder: Path, overrides: 
     jobs = finetune_jobs(plan)
     return executor.map_array(_finetune_job, jobs, [str(root)] * len(jobs), [plan.preset] * len(jobs),
                               [overrides or {}] * len(jobs))
+
+# %% ../nbs/04_study.ipynb #e95932b6
+class PretrainJob:
+    "One pretraining run as a `submitit` job: every Slurm task calls it; on preemption or timeout `checkpoint` requeues it."
+    def __init__(self, params: dict): self.params = params     # flat `PretrainConfig` values
+
+    def __call__(self) -> str:
+        import os
+        from mlmclm.core import build_config
+        from mlmclm.pretrain import PretrainConfig, pretrain
+        if int(os.environ.get('SLURM_NTASKS', '1')) > 1:   # one run over all tasks of the job
+            import submitit
+            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        return str(pretrain(build_config(PretrainConfig, self.params)))
+
+    def checkpoint(self, *args, **kwargs):
+        "What `submitit` requeues: the same run, which resumes from its saved state."
+        import submitit
+        return submitit.helpers.DelayedSubmission(PretrainJob(dict(self.params)))
+
+
+def pretrain_job_specs(plan: StudyPlan, root: Path,
+                       nodes: int = 1, gpus_per_node: int = 8,   # the job's size: one task per GPU
+                       timeout_min: int = 24 * 60,              # Slurm's time limit; the job requeues itself at it
+                       partition: str | None = None) -> list[dict]:
+    "One dict per pretraining run without `done.json`, parents first: run, parameters, `SlurmExecutor` settings, the runs it waits for."
+    world, specs = nodes * gpus_per_node, []
+    for run in plan.runs.values():
+        if (Path(root)/run.name/'done.json').is_file(): continue
+        params = dict(pretrain_params(plan, run, root), progress=False)
+        if plan.preset.startswith('paper'): params['grad_accum'] = paper_grad_accum(params['batch_size'], world)
+        slurm = dict(job_name=f'pretrain-{run.name}', nodes=nodes, gpus_per_node=gpus_per_node,
+                     ntasks_per_node=gpus_per_node, cpus_per_task=8, time=timeout_min, signal_delay_s=180,
+                     additional_parameters=dict(requeue=True), **({'partition': partition} if partition else {}))
+        waits = [run.parent] if run.parent and any(s['run'] == run.parent for s in specs) else []
+        specs.append(dict(run=run.name, params=params, slurm=slurm, after=waits))
+    return specs
+
+
+def submit_pretrain_jobs(plan: StudyPlan, root: Path, folder: Path, **sizes) -> list:
+    "Submit `pretrain_job_specs(plan, root, **sizes)` to Slurm, each child after its parent's job; returns the jobs."
+    import submitit
+    executor, jobs, ids = submitit.SlurmExecutor(folder=str(folder)), [], {}
+    for spec in pretrain_job_specs(plan, root, **sizes):
+        slurm = dict(spec['slurm'])
+        if spec['after']: slurm['additional_parameters'] = dict(slurm['additional_parameters'],
+                                                              dependency='afterok:' + ':'.join(ids[p] for p in spec['after']))
+        executor.update_parameters(**slurm)
+        jobs.append(executor.submit(PretrainJob(spec['params'])))
+        ids[spec['run']] = jobs[-1].job_id
+    return jobs
 
 # %% ../nbs/04_study.ipynb #d32f102b
 def finetune_params(plan: StudyPlan, e: EvalPoint, root: Path, **overrides) -> dict:
@@ -468,10 +524,13 @@ def main(argv: list[str] | None = None) -> None:
     p_run = sub.add_parser('run', help='run what is missing, here')
     _selection_args(p_run)
     p_run.add_argument('--root', help='study folder (default runs/study-<preset>)')
-    p_slurm = sub.add_parser('slurm', help='submit the fine-tuning grid as a Slurm array (submitit)')
+    p_slurm = sub.add_parser('slurm', help='submit the fine-tuning grid as a Slurm array, or the pretraining runs (submitit)')
     _selection_args(p_slurm)
     p_slurm.add_argument('--root', required=True); p_slurm.add_argument('--folder', required=True)
     p_slurm.add_argument('--partition')
+    p_slurm.add_argument('--what', choices=('finetune', 'pretrain'), default='finetune')
+    p_slurm.add_argument('--nodes', type=int, default=1); p_slurm.add_argument('--gpus-per-node', type=int, default=8)
+    p_slurm.add_argument('--time', type=int, default=24 * 60, help='pretraining: time limit in minutes (then requeued)')
     args = parser.parse_args(argv)
     plan = get_plan(args.preset)
     if args.experiments or args.sizes or args.pattern:
@@ -481,6 +540,10 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == 'run':
         print(describe(plan, Costs()).split('compute')[0].rstrip())
         print(f'study folder: {launch(plan, args.root)}')
+    elif args.what == 'pretrain':
+        jobs = submit_pretrain_jobs(plan, Path(args.root), Path(args.folder), nodes=args.nodes,
+                                    gpus_per_node=args.gpus_per_node, timeout_min=args.time, partition=args.partition)
+        print(f'submitted {len(jobs)} pretraining jobs')
     else:
         jobs = submit_finetune_array(plan, Path(args.root), Path(args.folder),
                                      **({'slurm_partition': args.partition} if args.partition else {}))
