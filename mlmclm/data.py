@@ -12,6 +12,7 @@ import hashlib
 import itertools
 import json
 import lzma
+import os
 import platform
 import re
 import time
@@ -345,7 +346,8 @@ def _hub_units(source: StoreSource, seed: int) -> tuple[list, str]:
 # %% ../nbs/01a_data.ipynb #9479fe74
 _WORKER: dict = {}   # what a tokenizing process holds: the tokenizer, BOS/EOS ids, the open Parquet files
 
-def _init_worker(tokenizer_dir: str, text_field: str) -> None:
+def _init_worker(tokenizer_dir: str, text_field: str, single_thread: bool = False) -> None:
+    if single_thread: os.environ['TOKENIZERS_PARALLELISM'] = 'false'   # parallel across processes, not inside them
     tok = load_tokenizer(tokenizer_dir)
     _WORKER.update(tok=tok.backend_tokenizer, bos=tok.bos_token_id, eos=tok.eos_token_id, text_field=text_field,
                    files={})
@@ -379,7 +381,7 @@ def _tokenized(units: list, tokenizer_dir: Path, text_field: str, workers: int) 
         yield from map(_unit_tokens, units)
         return
     import multiprocessing as mp
-    with mp.get_context('spawn').Pool(workers, _init_worker, (str(tokenizer_dir), text_field)) as pool:
+    with mp.get_context('spawn').Pool(workers, _init_worker, (str(tokenizer_dir), text_field, True)) as pool:
         yield from pool.imap(_unit_tokens, units)
 
 # %% ../nbs/01a_data.ipynb #04105892
@@ -552,15 +554,17 @@ def build_store(data: str | Path = EMBEDDED,       # 'embedded', 'fineweb-edu', 
 
 def _write_units(folder: Path, m: dict, units: list, workers: int) -> None:
     "Tokenize the units from the manifest's cursor on into shards, then mark the store complete."
-    writer, t0 = _ShardWriter(folder, m), time.perf_counter()
+    writer, t0, started = _ShardWriter(folder, m), time.perf_counter(), None
     first, skip, before = m['cursor']['unit'], m['cursor']['token'], writer.written
     for k, (tokens, starts) in enumerate(_tokenized(units[first:], folder/'tokenizer', m['source']['text_field'], workers)):
+        started = started or (time.perf_counter(), len(tokens) - skip)   # the workers are up: the first unit is back
         if not writer.add(first + k, tokens, starts, skip if k == 0 else 0): break
     if writer.fill: writer.flush()
     if not writer.written: raise StoreError(f"{m['source']['path']}: no tokens (every document is empty)")
-    seconds = time.perf_counter() - t0
-    m['builds'].append(dict(workers=workers, tokens=writer.written - before, seconds=round(seconds, 3),
-                            tokens_per_s=round((writer.written - before) / max(seconds, 1e-9)), host=platform.node()))
+    now, new = time.perf_counter(), writer.written - before
+    m['builds'].append(dict(workers=workers, tokens=new, seconds=round(now - t0, 3), host=platform.node(),
+                            tokens_per_s=round(new / max(now - t0, 1e-9)),     # start-up of the workers included
+                            steady_tokens_per_s=round((new - started[1]) / max(now - started[0], 1e-9)) if started else None))
     m.update(complete=True, n_tokens=writer.written, n_documents=sum(s['documents'] for s in m['shards']))
     m['tokens_per_document'] = m['n_tokens'] / max(m['n_documents'], 1)
     atomic_write_json(folder/'manifest.json', m)

@@ -200,3 +200,46 @@ def test_sigkill_at_five_random_points_resumes_to_the_weights_of_an_uninterrupte
     assert _same(straight, _weights(run/'checkpoints'/'step-8')), (seed, kills)
     assert [m['step'] for m in read_jsonl(run/'metrics.jsonl')] == list(range(1, 9))
     assert not list(run.glob('.*.tmp-*')) and not list(run.glob('.*.old-*'))
+
+
+# ---------------------------------------------------------------- issue 15: bad pretraining inputs, as a table
+def _model_folder(tmp, name, **config):
+    ck = save(build_model('tiny'), tmp/name)
+    if config: (ck/'config.json').write_text(json.dumps({**json.loads((ck/'config.json').read_text()), **config}))
+    return ck
+
+
+def _state_only(tmp):
+    (tmp/'state').mkdir(); (tmp/'state'/'trainer.pt').write_bytes(b'')
+    return tmp/'state'
+
+
+BAD_PRETRAINING_INPUTS = [   # (values, or a function of the test folder giving them; what the message must say)
+    (dict(lr=float('nan')), 'lr=nan is not a finite number'),
+    (dict(lr='fast'), "lr='fast' has type str; expected float"),
+    (dict(batch_size=2.5), 'batch_size=2.5 has type float; expected int'),
+    (dict(total_steps=0), 'total_steps=0 is out of range; allowed: >= 1'),
+    (dict(schedule='clm:10,mlm40:x'), "cannot read phase 'mlm40:x'"),
+    (dict(schedule='clm:3,mlm40:3', total_steps=8), "schedule='clm:3,mlm40:3' has 6 steps but total_steps=8"),
+    (dict(checkpoint_steps='4,eight'), "checkpoint_steps='4,eight' must be a comma list of integers"),
+    (dict(warmup_steps=6, decay_steps=6), 'warmup_steps + decay_steps = 12 exceeds total_steps=8'),
+    (dict(seq_len=5000), 'seq_len=5000 exceeds max_position_embeddings=1024'),
+    (dict(run_id='/etc/run'), "run_id='/etc/run' must be a plain folder name"),
+    (dict(data_offset=-1), 'data_offset=-1 is out of range'),
+    (dict(on_config_change='overwrite'), "on_config_change='overwrite' is not allowed"),
+    (lambda t: dict(init_from=str(_model_folder(t, 'bert', model_type='bert'))), "model_type='bert' is not supported"),
+    (lambda t: dict(init_from=str(_state_only(t))), 'is a training-state folder'),
+    (lambda t: dict(resume_from=str(_model_folder(t, 'model'))), 'holds no training state'),
+    (lambda t: dict(data=str(t/'missing.jsonl')), "is neither 'embedded', 'fineweb-edu', a token store nor an existing"),
+]
+if not torch.cuda.is_available():
+    BAD_PRETRAINING_INPUTS.append((dict(device='cuda:0'), "device='cuda:0' but this machine has no CUDA device"))
+
+
+@pytest.mark.parametrize('values, message', BAD_PRETRAINING_INPUTS, ids=[m[:40] for _, m in BAD_PRETRAINING_INPUTS])
+def test_bad_pretraining_inputs_fail_before_any_work_with_the_value_named(tmp_path, values, message):
+    values = values(tmp_path) if callable(values) else values
+    with pytest.raises(ConfigError) as err:
+        pretrain(build_config(PretrainConfig, {**TINY, 'out_dir': str(tmp_path/'runs'), 'run_id': 'r', **values}))
+    assert message in str(err.value), str(err.value)
+    assert not (tmp_path/'runs'/'r').exists()             # failed before the run folder (or any training) existed
