@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from mlmclm.core import ConfigError, build_config, project_root, read_json, read_jsonl
-from mlmclm.model import build_model, load, save
+from mlmclm.model import build_model, check_checkpoint, load, save
 from mlmclm.pretrain import PretrainConfig, check_pretrain_config, pretrain
 
 ROOT = project_root()
@@ -68,6 +68,21 @@ def test_item3_crash_between_the_two_renames_recovers_the_newest_complete_copy(t
 def test_item5_non_finite_numbers_are_refused_by_the_pretraining_guard(tmp_path, field, value):
     with pytest.raises(ConfigError, match=f'{field}={value} is not a finite number'):
         check_pretrain_config(_cfg(tmp_path, **{field: value}))
+
+
+# ---------------------------------------------------------------- issue 13, item 6
+def test_item6_the_state_folder_does_not_look_like_a_model_and_says_so(tmp_path):
+    run = pretrain(_cfg(tmp_path, total_steps=2, warmup_steps=0, decay_steps=0))
+    state = run/'state'
+    assert not (state/'config.json').exists() and not list(state.glob('*.safetensors'))
+    for key in ('checkpoint', 'init_from'):
+        with pytest.raises(ConfigError, match=f"{key}=.*state' is a training-state folder .*not a model"):
+            check_checkpoint(state, key)
+    with pytest.raises(ConfigError, match='not a model'):
+        load(state)
+    ck = run/'checkpoints'/'step-2'                   # every folder that looks like a model carries its tokenizer
+    check_checkpoint(ck)
+    assert (ck/'tokenizer_config.json').is_file() and (ck/'state'/'trainer.pt').is_file()
 
 
 # ---------------------------------------------------------------- issue 17, item 7
