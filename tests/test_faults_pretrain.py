@@ -85,6 +85,26 @@ def test_item6_the_state_folder_does_not_look_like_a_model_and_says_so(tmp_path)
     assert (ck/'tokenizer_config.json').is_file() and (ck/'state'/'trainer.pt').is_file()
 
 
+def test_a_state_written_by_the_earlier_format_still_resumes_exactly(tmp_path, straight):
+    "Before the DCP state, `state/` held model.safetensors and state.pt (index-keyed optimizer state); such runs resume."
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from mlmclm.objectives import adamw
+    run = pretrain(_cfg(tmp_path, stop_at_step=4))
+    model = build_model('tiny'); opt = adamw(model, TINY.get('lr', PretrainConfig.lr))
+    msd, osd = get_state_dict(model, opt)
+    dcp.load(dict(model=msd, optim=osd), checkpoint_id=str(run/'state'))
+    set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd)
+    trainer = torch.load(run/'state'/'trainer.pt', weights_only=True)
+    legacy = tmp_path/'legacy'
+    save(model, legacy)
+    extra = json.loads(trainer['extra'])
+    torch.save(dict(optimizer=opt.state_dict(), scheduler=trainer['scheduler'], step=4, torch_rng=trainer['torch_rng'],
+                    extra=json.dumps(dict(tokens_seen=extra['tokens_seen'], run_id='r'))), legacy/'state.pt')
+    shutil.rmtree(run/'state'); os.replace(legacy, run/'state')
+    assert _same(straight, _weights(pretrain(_cfg(tmp_path))/'checkpoints'/'step-8'))
+
+
 # ---------------------------------------------------------------- issue 17, item 7
 def test_item7_reusing_a_run_id_with_another_config_is_refused_unless_asked(tmp_path):
     run = pretrain(_cfg(tmp_path, stop_at_step=2, lr=1e-3))
