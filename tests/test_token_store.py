@@ -97,3 +97,17 @@ def test_a_fake_fineweb_edu_stream_builds_with_two_workers_to_the_bytes_of_one(t
     assert m['builds'][-1]['workers'] == 2
     assert _shas(one) == _shas(two)
     print(f"fake FineWeb-Edu: {m['tokens_per_document']:.0f} tokens per document (embedded tokenizer)")
+
+
+def test_a_run_that_passes_the_end_of_its_store_warns_with_the_epoch_count(tmp_path):
+    import pytest
+    from mlmclm.core import build_config
+    from mlmclm.pretrain import PretrainConfig, pretrain
+    (tmp_path/'small.txt').write_text('A short text that a long run reads more than once. ' * 12)
+    cfg = build_config(PretrainConfig, size='tiny', total_steps=6, seq_len=32, batch_size=4, warmup_steps=1,
+                       decay_steps=2, progress=False, prefetch=0, data=str(tmp_path/'small.txt'),
+                       out_dir=str(tmp_path), run_id='r', store_dir=str(tmp_path/'stores'))
+    with pytest.warns(RuntimeWarning, match=r'REPEATS DATA, \d+\.\d\d epochs'):
+        run = pretrain(cfg)
+    data = read_json(run/'run.json')['data']
+    assert data['repeats'] and data['epochs'] == round(6 * 4 * 32 / data['store_tokens'], 4) > 1
