@@ -68,11 +68,10 @@ def t_interval(values) -> tuple[float, float, float]:
 
 def select_lr(results: pd.DataFrame,
               selection: str = DEFAULT_SELECTION,  # 'per_seed' or 'mean' (see `SELECTIONS`)
-              keys: tuple = ('checkpoint_name', 'dataset'),  # what one selection is made for
              ) -> pd.DataFrame:
-    "One row per (keys, seed): the test score at the selected learning rate."
+    "One row per (checkpoint, dataset, seed): the test score at the selected learning rate."
     if selection not in SELECTIONS: raise ConfigError(f'selection={selection!r}; choose one of {list(SELECTIONS)}')
-    keys = list(keys)
+    keys = ['checkpoint_name', 'dataset']
     # sorted, so that a tie in validation goes to the smaller LR whatever order the store holds the rows in
     df = results.dropna(subset=['val_score']).sort_values(keys + ['seed', 'lr']).reset_index(drop=True)
     if selection == 'mean':
