@@ -14,8 +14,10 @@ import pandas as pd
 from .core import ConfigError, read_jsonl
 
 # %% auto #0
-__all__ = ['RESULT_KEYS', 'RESULT_COLUMNS', 'run_key', 'load_results', 'tidy_results', 'read_results', 't_interval', 'select_lr',
-           'aggregate', 'family_scores', 'lr_curve', 'lr_sensitivity', 'bootstrap_intervals']
+__all__ = ['RESULT_KEYS', 'RESULT_COLUMNS', 'SELECTIONS', 'DEFAULT_SELECTION', 'PROTOCOL_AXES', 'run_key', 'load_results',
+           'tidy_results', 'read_results', 't_interval', 'select_lr', 'aggregate', 'seed_family_scores',
+           'family_scores', 'lr_curve', 'lr_sensitivity', 'protocol_cell', 'protocol_cells', 'diff_interval',
+           'bootstrap_intervals']
 
 # %% ../nbs/03a_results.ipynb #8be1669b
 RESULT_KEYS = ('checkpoint_name', 'dataset', 'lr', 'seed')
@@ -48,7 +50,13 @@ def read_results(path: str | Path) -> pd.DataFrame:
     return pd.read_csv(path) if str(path).endswith('.csv') else load_results(path)
 
 # %% ../nbs/03a_results.ipynb #17aba356
+SELECTIONS = {'per_seed': "each seed's own best LR on validation; test mean and 95% t-interval over seeds of these per-seed scores",
+              'mean': 'the LR with the best seed-mean validation score; test mean and 95% t-interval over seeds at that LR'}
+DEFAULT_SELECTION = 'per_seed'   # reproduces the paper's printed SC scores from the authors' runs (see above)
+
+
 def t_interval(values) -> tuple[float, float, float]:
+    "(mean, low, high): the 95% t-interval of the mean of `values` (NaN bounds below two values)."
     from scipy import stats
     v = np.asarray([x for x in values if x is not None and not pd.isna(x)], dtype=float)
     if len(v) == 0: return (np.nan, np.nan, np.nan)
@@ -58,11 +66,14 @@ def t_interval(values) -> tuple[float, float, float]:
     return (m, m - half, m + half)
 
 
-def select_lr(results: pd.DataFrame, selection: str) -> pd.DataFrame:
+def select_lr(results: pd.DataFrame,
+              selection: str = DEFAULT_SELECTION,  # 'per_seed' or 'mean' (see `SELECTIONS`)
+             ) -> pd.DataFrame:
     "One row per (checkpoint, dataset, seed): the test score at the selected learning rate."
-    if selection not in ('mean', 'per_seed'): raise ConfigError(f"selection={selection!r}; choose 'mean' or 'per_seed'")
-    df = results.dropna(subset=['val_score'])
+    if selection not in SELECTIONS: raise ConfigError(f'selection={selection!r}; choose one of {list(SELECTIONS)}')
     keys = ['checkpoint_name', 'dataset']
+    # sorted, so that a tie in validation goes to the smaller LR whatever order the store holds the rows in
+    df = results.dropna(subset=['val_score']).sort_values(keys + ['seed', 'lr']).reset_index(drop=True)
     if selection == 'mean':
         lr_means = df.groupby(keys + ['lr'], as_index=False).val_score.mean()
         best = lr_means.loc[lr_means.groupby(keys).val_score.idxmax(), keys + ['lr']]
@@ -70,8 +81,8 @@ def select_lr(results: pd.DataFrame, selection: str) -> pd.DataFrame:
     return df.loc[df.groupby(keys + ['seed']).val_score.idxmax()]
 
 
-def aggregate(results: pd.DataFrame, selection: str = 'mean') -> pd.DataFrame:
-    "Per (checkpoint, dataset): family, selected LR, test mean, 95% CI and number of seeds (fractions)."
+def aggregate(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
+    "Per (checkpoint, dataset): family, selected LR (`mean` only), test mean, 95% CI and number of seeds (fractions)."
     sel = select_lr(results, selection)
     rows = []
     for (ck, ds), g in sel.groupby(['checkpoint_name', 'dataset']):
@@ -81,13 +92,19 @@ def aggregate(results: pd.DataFrame, selection: str = 'mean') -> pd.DataFrame:
     return pd.DataFrame(rows, columns=['checkpoint', 'dataset', 'family', 'best_lr', 'score', 'ci_low', 'ci_high', 'n_seeds'])
 
 
-def family_scores(results: pd.DataFrame, selection: str = 'mean') -> pd.DataFrame:
-    "Per (checkpoint, family): mean over its datasets, CI over seeds of the per-seed family mean."
+def seed_family_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
+    "Per (checkpoint, family, seed): the mean over the family's datasets of the seed's selected test scores."
     sel = select_lr(results, selection)
-    per_seed = sel.groupby(['checkpoint_name', 'family', 'seed']).test_score.mean().reset_index()
-    n_ds = sel.groupby(['checkpoint_name', 'family']).dataset.nunique()
+    out = sel.groupby(['checkpoint_name', 'family', 'seed']).agg(test_score=('test_score', 'mean'),
+                                                                  n_datasets=('dataset', 'nunique')).reset_index()
+    return out.rename(columns={'checkpoint_name': 'checkpoint'})
+
+
+def family_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
+    "Per (checkpoint, family): mean over its datasets, CI over seeds of the per-seed family mean."
+    n_ds = select_lr(results, selection).groupby(['checkpoint_name', 'family']).dataset.nunique()
     rows = []
-    for (ck, fam), g in per_seed.groupby(['checkpoint_name', 'family']):
+    for (ck, fam), g in seed_family_scores(results, selection).groupby(['checkpoint', 'family']):
         m, lo, hi = t_interval(g.test_score)
         rows.append(dict(checkpoint=ck, family=fam, score=m, ci_low=lo, ci_high=hi, n_seeds=len(g), n_datasets=int(n_ds[(ck, fam)])))
     return pd.DataFrame(rows, columns=['checkpoint', 'family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets'])
@@ -107,8 +124,46 @@ def lr_sensitivity(results: pd.DataFrame) -> pd.DataFrame:
     out = (g.max() - g.mean()) * 100 * g.count() / (g.count() - 1).clip(lower=1)
     return out.rename('lr_sensitivity').reset_index()
 
+# %% ../nbs/03a_results.ipynb #1f6574b0
+PROTOCOL_AXES = {'attention': ('bidirectional', 'causal'), 'pooling': ('mean', 'last', 'first')}   # the paper's value first
+
+
+def protocol_cell(results: pd.DataFrame, **cell) -> pd.DataFrame:
+    "The rows fine-tuned under `cell` (e.g. `attention='causal', pooling='last'`); an axis not named: the paper's value."
+    unknown = set(cell) - set(PROTOCOL_AXES)
+    if unknown: raise ConfigError(f'unknown protocol axis {sorted(unknown)}; choose from {list(PROTOCOL_AXES)}')
+    keep = pd.Series(True, index=results.index)
+    for axis, values in PROTOCOL_AXES.items():
+        want = cell.get(axis, values[0])
+        if want not in values: raise ConfigError(f'{axis}={want!r}; choose one of {list(values)}')
+        keep &= results[axis].fillna(values[0]).eq(want) if axis in results else want == values[0]
+    return results[keep]
+
+
+def protocol_cells(results: pd.DataFrame) -> list[dict]:
+    "The protocol cells present in `results`, in grid order (the paper's first)."
+    cols = {a: results[a].fillna(v[0]) if a in results else pd.Series(v[0], index=results.index)
+            for a, v in PROTOCOL_AXES.items()}
+    present = set(zip(*cols.values())) if len(results) else set()
+    rank = lambda cell: tuple(v.index(x) if x in v else len(v) for x, v in zip(cell, PROTOCOL_AXES.values()))
+    return [dict(zip(PROTOCOL_AXES, c)) for c in sorted(present, key=lambda c: (rank(c), c))]
+
+
+def diff_interval(a, b) -> tuple[float, float, float]:
+    "(mean(a) - mean(b), low, high): Welch's 95% t-interval for the difference of two independent means."
+    from scipy import stats
+    a, b = (np.asarray([x for x in v if x is not None and not pd.isna(x)], dtype=float) for v in (a, b))
+    if not len(a) or not len(b): return (np.nan, np.nan, np.nan)
+    d = float(a.mean() - b.mean())
+    if len(a) < 2 or len(b) < 2: return (d, np.nan, np.nan)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    if va + vb == 0: return (d, d, d)
+    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))   # Welch-Satterthwaite
+    half = float(stats.t.ppf(0.975, dof) * math.sqrt(va + vb))
+    return (d, d - half, d + half)
+
 # %% ../nbs/03a_results.ipynb #2b105f53
-def bootstrap_intervals(results: pd.DataFrame, examples: dict, selection: str = 'mean', n_boot: int = 1000,
+def bootstrap_intervals(results: pd.DataFrame, examples: dict, selection: str = DEFAULT_SELECTION, n_boot: int = 1000,
                         seed: int = 0) -> pd.DataFrame:
     "Per (checkpoint, dataset): seed-mean test score at the selected LR with a bootstrap 95% interval (fractions)."
     sel = select_lr(results, selection)

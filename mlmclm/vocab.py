@@ -265,5 +265,5 @@ PROTOCOL = {'optimizer': str(ADAMW), 'schedule': 'linear decay, 10% warmup',
             'validation': 'every 100 steps; the best step is tested',
             'learning rates': ', '.join(f'{lr:g}' for lr in PAPER_LRS), 'seeds': ', '.join(map(str, PAPER_SEEDS)),
             'attention': 'bidirectional (all models, CLM ones included)',
-            'selection': 'per (model, dataset): LR with the best seed-mean validation score; test mean and 95% t-interval over seeds',
+            'selection': "per (model, dataset, seed): the seed's best LR on validation; test mean and 95% t-interval over seeds",
             'retrieval': 'bi-encoder, mean pooling, InfoNCE with in-batch negatives (cosine, scale 20)'}
