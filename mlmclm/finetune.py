@@ -293,8 +293,8 @@ class RunContext:
     cfg: FinetuneConfig        # the protocol options
 
     def autocast(self):
-        "bf16 autocast for 'amp_bf16'; a no-op otherwise (pure bf16 weights compute in bf16 by themselves)."
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision == 'amp_bf16')
+        "bf16 autocast for both bf16 modes (the HF Trainer's `bf16: true` also autocasts bf16 weights); none in fp32."
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision != 'fp32')
 
 
 @torch.no_grad()
