@@ -93,3 +93,17 @@ def test_pooling_reaches_the_task_model(setup, pooling):
     model = ft.task_model(base, ft.KINDS['sequence'], TASKS['rt_sentiment'], cfg)
     assert model.pooling == pooling
     assert run(setup, 'SC', pooling=pooling, attention='causal')['pooling'] == pooling
+
+
+@pytest.mark.xfail(not HAS_POOLING, reason="TaskModel's pooling argument lands with issue 20 (developer pack)", strict=True)
+@pytest.mark.parametrize('pooling', ['last', 'first'])
+def test_saved_retriever_keeps_its_pooling(setup, tmp_path, pooling):
+    from sentence_transformers import SentenceTransformer
+    base, tok, _ = setup
+    emb = TaskModel(base, 'embedding', pooling=pooling).eval()
+    folder = ft.save_sentence_transformer(emb, tok, tmp_path/'st', max_length=64)
+    texts = ['what light through yonder window breaks', 'It is the east, and Juliet is the sun.']
+    with torch.no_grad():
+        ours = torch.cat([emb(torch.tensor([f['input_ids']])) for f in ft.encode_texts(texts, tok, 64, 'Query: ')])
+    theirs = SentenceTransformer(str(folder), device='cpu').encode(['Query: ' + t for t in texts], convert_to_tensor=True)
+    assert torch.nn.functional.cosine_similarity(ours, theirs, dim=-1).min().item() > 1 - 1e-5
