@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mlmclm.core import ConfigError, project_root, read_jsonl
+from mlmclm.core import ConfigError, project_root
+from mlmclm.results import read_rows
 from mlmclm.study import build_plan, finetune_jobs, launch, paper_plan, select
 
 ROOT = project_root()
@@ -54,6 +55,6 @@ def test_launcher_skips_finished_runs_and_resumes_the_rest(tmp_path):
     launch(plan, tmp_path, progress=False)                   # the whole study: the rest runs, nothing is redone
     assert done_nb.stat().st_mtime_ns == stamp
     assert (tmp_path/'tiny-mlm40-42k'/'done.json').is_file()
-    rows = read_jsonl(tmp_path/'results.jsonl')
+    rows = read_rows(tmp_path/'results.jsonl')
     assert sorted(r['checkpoint_name'] for r in rows) == ['tiny-clm-42k', 'tiny-mlm40-42k']
     assert rows[0]['pretrain_run_id'] in ('tiny-clm-42k', 'tiny-mlm40-42k')   # pretraining metadata travels
