@@ -163,7 +163,7 @@ def append_lines(path: str | Path, lines: list[str]) -> tuple[int, int]:
         finally: os.close(fd)
     except OSError as e:
         raise WriteError(e.errno, f'{e.strerror}: could not append to {path}; the rows written before are intact, '
-                                  f'these {len(lines)} line(s) may be missing or torn', str(path)) from e
+                                  f'these {len(lines)} line(s) may be missing or torn') from e
 
 def append_jsonl(path: str | Path, row: dict) -> None:
     "Append one JSON row to `path` as a single write, then flush it to disk."

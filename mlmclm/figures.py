@@ -437,7 +437,8 @@ def drawable(results: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 def _read_for_figures(p, path: str) -> pd.DataFrame:
     "The results at `path` that can be drawn; exits with a message (no traceback) when there are none."
-    from mlmclm.results import RESULT_COLUMNS
+    from mlmclm.results import RESULT_COLUMNS, shard_dir
+    if not Path(path).exists() and not shard_dir(path).is_dir(): p.exit(2, f'error: results {path} do not exist\n')
     try: results = read_results(path)
     except (OSError, ValueError) as e: p.exit(2, f'error: cannot read results {path}: {e}\n')
     missing = [c for c in RESULT_COLUMNS[:7] if c not in results]

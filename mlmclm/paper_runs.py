@@ -18,7 +18,8 @@ import pandas as pd
 
 from .core import ConfigError, assets_dir
 from .vocab import FAMILIES, PAPER_DATASETS, describe_checkpoint, parse_run_name
-from .results import StoreWriter, code_version, current_rows, family_scores, load_results, read_rows, run_key
+from .results import (StoreWriter, check_store_path, code_version, current_rows, family_scores, load_results,
+                            read_rows, run_key)
 
 # %% auto #0
 __all__ = ['RUN_DIR', 'NOT_IN_PAPER', 'KNOWN_DATASETS', 'reported_scores', 'parse_result_path', 'read_result_file', 'import_tree',
@@ -105,6 +106,7 @@ def import_tree(root: str | Path,           # the `results/` folder of a clone o
                ) -> dict:
     "Import every results.json below `root` not yet in `store`; returns counts, skipped files with reasons, files per second."
     from tqdm.auto import tqdm
+    check_store_path(store)
     root = Path(root)
     if (root/'results').is_dir(): root = root/'results'
     if not root.is_dir(): raise FileNotFoundError(f'{root} is not a folder (expected the results/ folder of EncodEval)')
@@ -177,8 +179,9 @@ def main(argv: list[str] | None = None) -> None:
     imp = sub.add_parser('import', help="import the authors' published results")
     imp.add_argument('path', help='EncodEval clone or its results/ folder')
     imp.add_argument('--results', default='runs/paper/results.jsonl', help='results store to write')
+    imp.add_argument('--batch', type=int, default=500, help='rows per write (and fsync)')
     args = p.parse_args(argv)
-    try: report = import_tree(args.path, args.results)
+    try: report = import_tree(args.path, args.results, batch=args.batch)
     except (ConfigError, OSError) as e: p.exit(2, f'error: {e}\n')
     print(f"{report['files']:,} files: {report['imported']:,} imported, {report['already_there']:,} already in "
           f"the store, {len(report['skipped']):,} skipped ({report['files_per_s']:,.0f} files/s)")

@@ -180,7 +180,10 @@ class StoreWriter:
         self.n, self.closed = 0, False
 
     def __enter__(self): return self
-    def __exit__(self, *exc): self.close()
+    def __exit__(self, *exc):
+        try: self.close()
+        except OSError:
+            if exc[0] is None: raise     # after a failed write, that first error is the one to report
 
     def append(self, rows: list[dict], supersedes: str | None = None) -> list[dict]:
         "Stamp and append `rows` (one write, fsynced); `supersedes`: the reason of a deliberate re-run."
@@ -205,7 +208,7 @@ class StoreWriter:
             try: st = os.stat(f)
             except FileNotFoundError: continue
             if (st.st_dev, st.st_ino) == ident: return
-        raise WriteError(5, f'{f} keeps being moved away while written; are two writers using the id {self.id}?', str(f))
+        raise WriteError(5, f'{f} keeps being moved away while written; are two writers using the id {self.id}?')
 
     def close(self) -> None:
         "Mark the shard finished (`_closed`), so `compact` may merge and remove it."
