@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .core import ConfigError, atomic_write_text, project_root, read_json
+from .core import ConfigError, atomic_write_text, project_root, read_json, run_claim_path
 from .vocab import (EMBEDDED_TASKS, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PRETRAIN, Phase, RunName,
                           paper_experiments, parse_run_name, run_name)
 from .model import MODEL_SIZES, model_config
@@ -403,7 +403,6 @@ def _state(claim_file: Path, lease_s: float) -> str:
 def study_status(plan: StudyPlan, root: str | Path, lease_s: float = 1800.0) -> 'pd.DataFrame':
     "Per experiment and stage: runs done, running, stale (claimed by a worker that is gone) and to do."
     import pandas as pd
-    from mlmclm.core import run_claim_path
     from mlmclm.results import current_rows, read_rows, work_claim_path
     root, store = Path(root), Path(root)/'results.jsonl'
     current = current_rows(read_rows(store))
@@ -455,12 +454,15 @@ def launch(plan: StudyPlan,                 # what to run (`select` a part first
         bar.set_postfix_str(f'{kind} {item.name}')
         t0 = time.perf_counter()
         if kind == 'pretrain':
-            if (root/item.name/'done.json').is_file(): continue
+            if (root/item.name/'done.json').is_file() or _state(run_claim_path(root, item.name), 1800) == 'running': continue
             params = dict(pretrain_params(plan, item, root), progress=False)
-            run_notebook('02_pretrain.ipynb', 'mlmclm.pretrain', params, root/'notebooks'/f'pretrain-{item.name}.ipynb')
+            try: run_notebook('02_pretrain.ipynb', 'mlmclm.pretrain', params, root/'notebooks'/f'pretrain-{item.name}.ipynb')
+            except Exception as e:   # another worker claimed the run between our look and its start: leave it to them
+                if getattr(e, 'ename', None) != 'ClaimHeld': raise
         else:
             wanted = {(item.name, d, round(lr, 12), s) for d in item.datasets for lr in plan.lrs for s in plan.seeds}
             if wanted <= _done_rows(root/'results.jsonl'): continue
+            if not checkpoint_dir(plan, root, item.run, item.step).is_dir(): continue   # still pretrained elsewhere
             run_notebook('03b_finetune.ipynb', 'mlmclm.finetune', finetune_params(plan, item, root),
                          root/'notebooks'/f'finetune-{item.name}.ipynb')
         seconds[kind] += time.perf_counter() - t0

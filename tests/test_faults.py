@@ -132,14 +132,14 @@ def test_sweep_killed_in_the_middle_of_a_row_write_resumes_exactly(tmp_path, wor
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('point', range(3))
+@pytest.mark.parametrize('point', range(5))
 def test_sweep_killed_at_a_random_moment_resumes_exactly(tmp_path, worker, point):
     rng = random.Random(point)
     store = tmp_path/'results.jsonl'
     p = worker(dict(what='sweep', cfg=sweep_cfg(store)))
-    deadline = time.time() + 600
-    while time.time() < deadline and p.poll() is None and not stored(store): time.sleep(0.05)
-    time.sleep(rng.uniform(0, 3))
+    rows, deadline = rng.choice([0, 1, 2, 3, 5]), time.time() + 600   # let this many rows land, then a random moment
+    while time.time() < deadline and p.poll() is None and len(stored(store)) < rows: time.sleep(0.05)
+    time.sleep(rng.uniform(0, 1.5))
     p.send_signal(signal.SIGKILL); p.communicate()
     before = row_ids(store)
     ft.finetune_sweep(ft.FinetuneConfig(**sweep_cfg(store)))
