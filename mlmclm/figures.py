@@ -29,7 +29,7 @@ __all__ = ['KIND_COLORS', 'PAPER_MARKER', 'TABLE_GROUPS', 'study_scores', 'setup
            'fig_overview', 'fig_mlm_vs_clm', 'fig_mask_ratio', 'fig_data_efficiency', 'paper_flops_per_step',
            'fig_lr_stability', 'fig_biphasic', 'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest',
            'protocol_gaps', 'fig_protocol_gap', 'hyperparameter_table', 'results_tables', 'ours_minus_paper',
-           'write_table', 'collect_cpt_loss', 'render_all', 'main']
+           'write_table', 'collect_cpt_loss', 'render_all', 'drawable', 'main']
 
 # %% ../nbs/05_figures.ipynb #30282a31
 def study_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
@@ -538,6 +538,31 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
     return files
 
 # %% ../nbs/05_figures.ipynb #69343a14
+def drawable(results: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    "(the rows whose checkpoint names the figures can place, the names they cannot)."
+    bad = []
+    for name in results.checkpoint_name.astype(str).unique():
+        try: parse_run_name(name)
+        except ValueError: bad.append(name)
+    return results[~results.checkpoint_name.astype(str).isin(bad)], sorted(bad)
+
+
+def _read_for_figures(p, path: str) -> pd.DataFrame:
+    "The results at `path` that can be drawn; exits with a message (no traceback) when there are none."
+    from mlmclm.results import RESULT_COLUMNS, shard_dir
+    if not Path(path).exists() and not shard_dir(path).is_dir(): p.exit(2, f'error: results {path} do not exist\n')
+    try: results = read_results(path)
+    except (OSError, ValueError) as e: p.exit(2, f'error: cannot read results {path}: {e}\n')
+    missing = [c for c in RESULT_COLUMNS[:7] if c not in results]
+    if missing: p.exit(2, f'error: {path} lacks the columns {missing}; a results table has {RESULT_COLUMNS}\n')
+    results, skipped = drawable(results)
+    if skipped:
+        print(f"left out {len(skipped)} checkpoint(s) whose names are not released names (e.g. 610m-clm-10k-mlm40-42k), "
+              f"so the figures cannot place them: {', '.join(skipped)}")
+    if results.empty: p.exit(1, f'error: no results to draw in {path}\n')
+    return results
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
     p = argparse.ArgumentParser(prog='python -m mlmclm.figures', description='Render every figure and table.')
@@ -548,19 +573,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument('--selection', default=DEFAULT_SELECTION, choices=list(SELECTIONS),
                    help="LR selection: 'per_seed' (each seed's best LR on validation; reproduces the paper) or 'mean'")
     args = p.parse_args(argv)
-    results = read_results(args.results)
-    if results.empty: raise SystemExit(f'no results in {args.results}')
+    results = _read_for_figures(p, args.results)
     out = Path(args.out)
-    # the tidy table the figures were drawn from travels with them (sorted, fixed float format: stable diffs)
-    table = out/'results.csv'
-    if Path(args.results).resolve() != table.resolve():
-        atomic_write_text(table, tidy_results(results).to_csv(index=False, float_format='%.6g'))
     loss_csv = out/'cpt_loss.csv'
     if args.study:
         loss = collect_cpt_loss(args.study)
         atomic_write_text(loss_csv, loss.to_csv(index=False, float_format='%.6g'))
     loss = pd.read_csv(loss_csv) if loss_csv.is_file() else None
     files = render_all(results, out, args.scale, cpt_loss=loss, selection=args.selection)
+    # the tidy table the figures were drawn from travels with them (sorted, fixed float format: stable diffs)
+    table = out/'results.csv'
+    if Path(args.results).resolve() != table.resolve():
+        atomic_write_text(table, tidy_results(results).to_csv(index=False, float_format='%.6g'))
     print(f'wrote {len(files)} files to {args.out}')
 
 # %% ../nbs/05_figures.ipynb #cb9e073e

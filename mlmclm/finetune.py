@@ -222,12 +222,18 @@ def _floats(text: str, name: str) -> list[float]:
 
 def check_finetune_config(cfg: FinetuneConfig) -> tuple[list[str], list[float], list[int]]:
     "Everything that can be checked before any model or data is loaded."
+    from mlmclm.results import check_store_path
     tasks = resolve_tasks(cfg.tasks)
-    lrs, seeds = _floats(cfg.lrs, 'lrs'), [int(s) for s in _floats(cfg.seeds, 'seeds')]
+    lrs, seeds = _floats(cfg.lrs, 'lrs'), _floats(cfg.seeds, 'seeds')
+    if not np.isfinite(lrs).all():
+        raise ConfigError(f'lrs={cfg.lrs!r} holds a value that is not a finite number; allowed: learning rates > 0, e.g. 1e-4,1e-3')
+    if not all(np.isfinite(s) and s == int(s) and s >= 0 for s in seeds):
+        raise ConfigError(f'seeds={cfg.seeds!r}: seeds must be whole numbers >= 0, e.g. 0,1,2')
+    if cfg.results is not None: check_store_path(cfg.results)
     if cfg.checkpoint != 'tiny-random': check_checkpoint(cfg.checkpoint)
     if cfg.batch_size % cfg.micro_batch_size:
         raise ConfigError(f'batch_size={cfg.batch_size} must be a multiple of micro_batch_size={cfg.micro_batch_size}')
-    return tasks, lrs, seeds
+    return tasks, lrs, [int(s) for s in seeds]
 
 
 def resolve_precision(precision: str, device) -> str:
@@ -588,10 +594,12 @@ def _checkpoint_meta(cfg: FinetuneConfig) -> dict:
 
 
 def _default_name(cfg: FinetuneConfig) -> str:
+    "The checkpoint's name in the results: the one given, else its pretraining run and step (each checkpoint its own)."
     if cfg.checkpoint_name: return cfg.checkpoint_name
     folder = Path(cfg.checkpoint)
     meta = read_json(folder/'mlmclm.json') if (folder/'mlmclm.json').is_file() else {}
-    return meta.get('run_id') or folder.name
+    if not meta.get('run_id'): return folder.name
+    return f"{meta['run_id']}-step-{meta['step']}" if meta.get('step') is not None else f"{meta['run_id']}-{folder.name}"
 
 
 def _trainings(tasks: list[str]) -> dict:
@@ -601,27 +609,41 @@ def _trainings(tasks: list[str]) -> dict:
     return trainings
 
 
-def finetune_sweep(cfg: FinetuneConfig) -> Path:
+def finetune_sweep(cfg: FinetuneConfig,
+                   force: str | None = None,  # re-run finished runs too; the reason is stored and the new rows supersede
+                   lease_s: float = 1800.0,   # a run claimed by a worker that is gone (or silent this long) is taken over
+                  ) -> Path:
     "Fine-tune `cfg.checkpoint` on every task × LR × seed not yet in the results store; returns the store's path."
     from mlmclm import __version__   # also right in a source checkout that is not pip-installed
+    from mlmclm.results import (StoreWriter, check_checkpoint_name, checkpoint_identity, claim_work, code_version,
+                                current_rows, finetune_work, needs_run, protocol_suffix, read_rows,
+                                run_key)
     from tqdm.auto import tqdm
     tasks, lrs, seeds = check_finetune_config(cfg)
     results = Path(cfg.results or project_root()/'runs'/'finetune'/'results.jsonl')
-    name = _default_name(cfg)
-    done = {(r['checkpoint_name'], r['dataset'], round(r['lr'], 12), r['seed']) for r in read_jsonl(results)}
+    name, ident = _default_name(cfg), checkpoint_identity(cfg.checkpoint)
+    current = current_rows(read_rows(results))
+    if not force: check_checkpoint_name(current, name, ident, results)
+    cell = dict(attention=cfg.attention, pooling=cfg.pooling)   # the protocol cell is part of a run's identity
+    keys = lambda evals, lr, seed: [run_key(dict(cell, checkpoint_name=name, dataset=e.name, lr=lr, seed=seed)) for e in evals]
     todo = [(tr, evals, lr, seed) for tr, evals in _trainings(tasks).items() for lr in lrs for seed in seeds
-            if any((name, e.name, round(lr, 12), seed) not in done for e in evals)]
+            if needs_run(current, keys(evals, lr, seed), force)]
     if not todo: return results
     base, tok = _load_base(cfg)
+    bad = [n for n, p in base.named_parameters() if not torch.isfinite(p).all()]
+    if bad: raise ConfigError(f'checkpoint={cfg.checkpoint!r} has weights that are not finite ({len(bad)} tensors, e.g. {bad[0]})')
     data = {}
-    meta = dict(checkpoint=cfg.checkpoint, checkpoint_name=name, config_hash=config_hash(cfg),
-                mlmclm_version=__version__, source='ours', **_checkpoint_meta(cfg))
+    meta = dict(checkpoint=cfg.checkpoint, checkpoint_name=name, checkpoint_id=ident, config_hash=config_hash(cfg),
+                code=code_version(), mlmclm_version=__version__, source='ours', **_checkpoint_meta(cfg))
     def with_labels(t):   # tag names the dataset itself carries replace the registry's
         return dataclasses.replace(t, labels=data[t.name]['labels']) if 'labels' in data[t.name] else t
-    for tr, evals, lr, seed in tqdm(todo, desc=f'fine-tune {name}', unit='run', disable=not cfg.progress):
-        for t in [TASKS[tr]] + evals:
-            if t.name not in data: data[t.name] = load_task(t, cfg.data_source)
-        for r in finetune_run(with_labels(TASKS[tr]), [with_labels(e) for e in evals], data, base, tok, lr, seed, cfg):
-            # until the results store keeps per-example scores in a sidecar (issue 15), they stay out of the JSON line
-            append_jsonl(results, dict(meta, lr=lr, seed=seed, **{k: v for k, v in r.items() if not k.endswith('_scores_i')}))
+    with StoreWriter(results, note=f'finetune {name}') as store:
+        for tr, evals, lr, seed in tqdm(todo, desc=f'fine-tune {name}', unit='run', disable=not cfg.progress):
+            with claim_work(results, finetune_work(name, tr, lr, seed) + protocol_suffix(cell), lease_s) as mine:
+                # another worker holds it, or finished it since we looked: skip
+                if not mine or not needs_run(current_rows(read_rows(results, warn=False)), keys(evals, lr, seed), force): continue
+                for t in [TASKS[tr]] + evals:
+                    if t.name not in data: data[t.name] = load_task(t, cfg.data_source)
+                rows = finetune_run(with_labels(TASKS[tr]), [with_labels(e) for e in evals], data, base, tok, lr, seed, cfg)
+                store.append([dict(meta, lr=lr, seed=seed, **r) for r in rows], supersedes=force)
     return results

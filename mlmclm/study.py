@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .core import ConfigError, atomic_write_text, project_root, read_json
+from .core import ConfigError, atomic_write_text, project_root, read_json, run_claim_path
 from .vocab import (EMBEDDED_TASKS, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN, Phase,
                           RunName, describe_checkpoint, paper_experiments, parse_run_name, run_name)
 from .results import PROTOCOL_AXES
@@ -29,8 +29,8 @@ __all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_PRETRAIN', 'DEMO_FINETUNE', 'ABLA
            'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets', 'paper_plan', 'Costs',
            'run_flops', 'finetune_flops', 'estimate', 'select', 'demo_experiments', 'demo_plan',
            'protocol_ablation_plan', 'checkpoint_dir', 'pretrain_params', 'runnable_notebook', 'run_notebook',
-           'finetune_jobs', 'accelerate_command', 'submit_finetune_array', 'finetune_params', 'launch', 'get_plan',
-           'describe', 'main']
+           'finetune_jobs', 'accelerate_command', 'job_keys', 'job_work', 'submit_finetune_array', 'study_status',
+           'finetune_params', 'launch', 'get_plan', 'describe', 'main']
 
 # %% ../nbs/04_study.ipynb #59d3ae7e
 @dataclass
@@ -432,15 +432,58 @@ def _finetune_job(job: dict, root: str, plan_preset: str, overrides: dict) -> st
     return str(run_notebook('03b_finetune.ipynb', 'mlmclm.finetune', params, out))
 
 
+def job_keys(job: dict) -> list[str]:
+    "The run keys of the result rows one fine-tuning job writes."
+    from mlmclm.results import run_key
+    return [run_key(dict(checkpoint_name=job['checkpoint'], dataset=t, lr=job['lr'], seed=job['seed'])) for t in job['tasks'].split(',')]
+
+
+def job_work(job: dict) -> str:
+    "The unit of work a fine-tuning job claims (the sweep's `finetune_work`: checkpoint, training set, LR, seed)."
+    from mlmclm.results import finetune_work
+    from mlmclm.tasks import TASKS
+    first = job['tasks'].split(',')[0]
+    return finetune_work(job['checkpoint'], TASKS[first].train_on or first if first in TASKS else first, job['lr'], job['seed'])
+
+
 def submit_finetune_array(plan: StudyPlan, root: Path, folder: Path, overrides: dict | None = None,
+                          include_done: bool = False,  # also submit jobs whose rows are all in the store
                           **slurm) -> list:
-    "Submit the fine-tuning grid as one Slurm job array (submitit); `slurm`: e.g. slurm_partition, gpus_per_node."
+    "Submit the fine-tuning grid's missing jobs as one Slurm job array (submitit); `slurm`: e.g. slurm_partition."
     import submitit
+    from mlmclm.results import current_rows, needs_run, read_rows
+    jobs = finetune_jobs(plan)
+    if not include_done:
+        current = current_rows(read_rows(Path(root)/'results.jsonl'))
+        jobs = [j for j in jobs if needs_run(current, job_keys(j))]
+    if not jobs: return []
     executor = submitit.AutoExecutor(folder=str(folder))
     executor.update_parameters(**{'timeout_min': 120, 'gpus_per_node': 1, **slurm})
-    jobs = finetune_jobs(plan)
     return executor.map_array(_finetune_job, jobs, [str(root)] * len(jobs), [plan.preset] * len(jobs),
                               [overrides or {}] * len(jobs))
+
+# %% ../nbs/04_study.ipynb #a8f947af
+def _state(claim_file: Path, lease_s: float) -> str:
+    from mlmclm.core import claim_state
+    return {'free': 'to_do'}.get(s := claim_state(claim_file, lease_s)[0], s)
+
+
+def study_status(plan: StudyPlan, root: str | Path, lease_s: float = 1800.0) -> 'pd.DataFrame':
+    "Per experiment and stage: runs done, running, stale (claimed by a worker that is gone) and to do."
+    import pandas as pd
+    from mlmclm.results import current_rows, read_rows, work_claim_path
+    root, store = Path(root), Path(root)/'results.jsonl'
+    current = current_rows(read_rows(store))
+    pre = {name: 'done' if (root/name/'done.json').is_file() else _state(run_claim_path(root, name), lease_s)
+           for name in plan.runs}
+    jobs = [(j, 'done' if all(k in current for k in job_keys(j)) else _state(work_claim_path(store, job_work(j)), lease_s))
+            for j in finetune_jobs(plan)]
+    rows = []
+    for x in sorted({x for r in plan.runs.values() for x in r.experiments}):
+        for stage, states in (('pretrain', [s for n, s in pre.items() if x in plan.runs[n].experiments]),
+                              ('finetune', [s for j, s in jobs if x in plan.runs[j['run']].experiments])):
+            rows.append(dict(experiment=x, stage=stage, **{k: states.count(k) for k in ('done', 'running', 'stale', 'to_do')}))
+    return pd.DataFrame(rows)
 
 # %% ../nbs/04_study.ipynb #d32f102b
 _PER_JOB = ('checkpoint', 'checkpoint_name', 'tasks', 'lrs', 'seeds', 'results', 'device', 'progress', 'save_retriever')
@@ -504,11 +547,14 @@ def launch(plan: StudyPlan,                 # what to run (`select` a part first
         bar.set_postfix_str(f'{kind} {item.name}')
         t0 = time.perf_counter()
         if kind == 'pretrain':
-            if (root/item.name/'done.json').is_file(): continue
+            if (root/item.name/'done.json').is_file() or _state(run_claim_path(root, item.name), 1800) == 'running': continue
             params = dict(pretrain_params(plan, item, root), progress=False)
-            run_notebook('02_pretrain.ipynb', 'mlmclm.pretrain', params, root/'notebooks'/f'pretrain-{item.name}.ipynb')
+            try: run_notebook('02_pretrain.ipynb', 'mlmclm.pretrain', params, root/'notebooks'/f'pretrain-{item.name}.ipynb')
+            except Exception as e:   # another worker claimed the run between our look and its start: leave it to them
+                if getattr(e, 'ename', None) != 'ClaimHeld': raise
         else:
             if _wanted_rows(plan, item) <= _done_rows(root/'results.jsonl'): continue
+            if item.source is None and not checkpoint_dir(plan, root, item.run, item.step).is_dir(): continue   # still pretrained elsewhere
             run_notebook('03b_finetune.ipynb', 'mlmclm.finetune', finetune_params(plan, item, root),
                          root/'notebooks'/f'finetune-{item.name}.ipynb')
         seconds[kind] += time.perf_counter() - t0
@@ -569,15 +615,24 @@ def main(argv: list[str] | None = None) -> None:
     _selection_args(p_slurm)
     p_slurm.add_argument('--root', required=True); p_slurm.add_argument('--folder', required=True)
     p_slurm.add_argument('--partition')
+    p_status = sub.add_parser('status', help='done / running / stale / to-do per experiment')
+    _selection_args(p_status)
+    p_status.add_argument('--root', help='study folder (default runs/study-<preset>)')
+    p_status.add_argument('--lease-s', type=float, default=1800.0, help='a claim silent this long (another host) is stale')
     args = parser.parse_args(argv)
-    plan = get_plan(args.preset)
-    if args.experiments or args.sizes or args.pattern:
-        plan = select(plan, args.experiments, args.sizes, args.pattern)
+    try:
+        plan = get_plan(args.preset)
+        if args.experiments or args.sizes or args.pattern: plan = select(plan, args.experiments, args.sizes, args.pattern)
+    except ConfigError as e: parser.exit(2, f'error: {e}\n')
     if args.command == 'plan':
         print(describe(plan, Costs(peak_flops=args.peak_flops, mfu=args.mfu)))
     elif args.command == 'run':
         print(describe(plan, Costs()).split('compute')[0].rstrip())
         print(f'study folder: {launch(plan, args.root)}')
+    elif args.command == 'status':
+        root = Path(args.root or project_root()/'runs'/f'study-{plan.preset}')
+        print(study_status(plan, root, args.lease_s).to_string(index=False))
+        print(f"store health: python -m mlmclm.results health {root/'results.jsonl'}")
     else:
         jobs = submit_finetune_array(plan, Path(args.root), Path(args.folder),
                                      **({'slurm_partition': args.partition} if args.partition else {}))

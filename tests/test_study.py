@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from mlmclm.core import ConfigError, project_root, read_jsonl
+from mlmclm.results import read_rows
 from mlmclm.study import (PRESETS, build_plan, describe, finetune_jobs, finetune_params, get_plan, launch, paper_plan,
                           protocol_ablation_plan, select)
 from mlmclm.vocab import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS
@@ -57,7 +58,7 @@ def test_protocol_ablation_plan_without_running_it(tmp_path):
         assert (p['checkpoint'], p['checkpoint_name']) == (e.source, e.source.split('/')[1])
         assert (p['attention'], p['pooling']) == (dict(e.protocol)['attention'], dict(e.protocol)['pooling'])
         assert (p['lrs'], p['seeds'], p['tasks']) == (','.join(map(str, PAPER_LRS)), '0,1,2,3,4', ','.join(PAPER_TASKS))
-        assert p['max_steps'] == 1000 and p['max_eval_examples'] is None        # the paper's protocol, not the demo's
+        assert p['max_steps'] is None and p['max_eval_examples'] is None   # the paper's protocol (train_steps), not the demo's
     small = protocol_ablation_plan(('MLMvsCLM/610m-clm-42k',), datasets=('sst2', 'nq'), lrs=(1e-4,), seeds=(0, 1))
     assert small.counts()['finetuning_runs'] == 1 * 6 * 2 * 1 * 2
     assert len(select(plan, pattern='610m-mlm40-42k@causal-*').evals) == 3
@@ -89,6 +90,6 @@ def test_launcher_skips_finished_runs_and_resumes_the_rest(tmp_path):
     launch(plan, tmp_path, progress=False)                   # the whole study: the rest runs, nothing is redone
     assert done_nb.stat().st_mtime_ns == stamp
     assert (tmp_path/'tiny-mlm40-42k'/'done.json').is_file()
-    rows = read_jsonl(tmp_path/'results.jsonl')
+    rows = read_rows(tmp_path/'results.jsonl')
     assert sorted(r['checkpoint_name'] for r in rows) == ['tiny-clm-42k', 'tiny-mlm40-42k']
     assert rows[0]['pretrain_run_id'] in ('tiny-clm-42k', 'tiny-mlm40-42k')   # pretraining metadata travels
