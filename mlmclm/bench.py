@@ -33,9 +33,10 @@ from .tasks import TASKS
 # %% auto #0
 __all__ = ['BENCH_SHAPES', 'SIZES', 'FLOP_CONVENTION', 'FT_BATCH', 'TRAINER_MICRO', 'bench_config', 'make_batches', 'hf_model',
            'hf_loss', 'bench_loss', 'ce_peak_memory', 'Side', 'time_sides', 'fast_defaults', 'benchmark',
-           'pipeline_headroom', 'finetune_throughput', 'embedding_throughput', 'ablation_variants', 'ablation',
-           'results_table', 'write_results', 'smollm2_llama_folder', 'finetune_examples', 'FinetuneSide',
-           'finetune_sides', 'computed_tokens', 'finetune_benchmark', 'main']
+           'pipeline_headroom', 'finetune_throughput', 'embedding_throughput', 'data_path_throughput',
+           'builder_throughput', 'ablation_variants', 'ablation', 'results_table', 'write_results',
+           'smollm2_llama_folder', 'finetune_examples', 'FinetuneSide', 'finetune_sides', 'computed_tokens',
+           'finetune_benchmark', 'main']
 
 # %% ../nbs/06_bench.ipynb #87d45145
 BENCH_SHAPES = {'30m': dict(MODEL_SIZES['tiny'], hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
@@ -347,6 +348,48 @@ def embedding_throughput(size: str = 'tiny', batch_size: int = 32, seq_len: int 
     eps = {k: batch_size / statistics.median(v) for k, v in times.items()}
     return dict(size=size, batch_size=batch_size, seq_len=seq_len, ours_examples_per_s=eps['ours'],
                 hf_examples_per_s=eps['hf'], ratio=eps['ours'] / eps['hf'])
+
+# %% ../nbs/06_bench.ipynb #fdd9ca30
+def data_path_throughput(size: str = '610m',          # the model whose appetite is compared (a paper size)
+                         store: str | Path | None = None,  # a token store folder; the embedded corpus's when None
+                         seq_len: int = 1024, batch_size: int = 12, world: int = 8,   # rows per micro-batch, processes
+                         steps: int = 40, start_step: int = 32_000,   # steps timed, from this one on
+                         mask_ratio: float = 0.4, mfu: float = 0.45, gpu: str = 'H100',
+                        ) -> dict:
+    "Tokens/s one process's data path delivers (store rows -> masked micro-batches) against what `size` consumes on one `gpu` at `mfu`."
+    import functools
+    from mlmclm.data import EMBEDDED, TokenStore, build_store
+    from mlmclm.objectives import PEAK_BF16_FLOPS
+    store = TokenStore(store if store is not None else build_store(EMBEDDED))
+    tok = load_tokenizer(store.folder/'tokenizer')
+    ids = dict(mask_token_id=tok.mask_token_id, vocab_size=len(tok), special_ids=sorted(set(tok.all_special_ids)))
+    rows = functools.partial(store.rows, 0, seq_len=seq_len)
+    batches = step_batches(rows, [Phase('mlm', start_step + steps, mask_ratio)], range(start_step, start_step + steps),
+                           batch_size, 1, world, 0, ids, (1.0, 0.0, 0.0), 0)
+    t0 = time.perf_counter(); next(batches); t1 = time.perf_counter()
+    for _ in batches: pass
+    delivered = (steps - 1) * batch_size * seq_len / (time.perf_counter() - t1)
+    consumed = PEAK_BF16_FLOPS[gpu] * mfu / flops_per_token(model_config(size), seq_len, 'mlm', mask_ratio)
+    return dict(size=size, gpu=gpu, mfu=mfu, delivered_tokens_per_s=delivered, consumed_tokens_per_s=consumed,
+                ratio=delivered / consumed, first_batch_s=t1 - t0, threads=torch.get_num_threads())
+
+
+def builder_throughput(workers: int = 1,        # tokenizing processes
+                       copies: int = 4,         # the embedded train split repeated, so that start-up is amortised
+                       folder: str | Path | None = None) -> dict:
+    "Tokens/s of `build-store` on the embedded texts (the embedded tokenizer), process start-up included."
+    import json, tempfile
+    from mlmclm.data import build_store
+    from mlmclm.core import read_json
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp)/'docs.jsonl'
+        src.write_text(''.join(json.dumps(dict(text=d)) + '\n' for _ in range(copies) for d in embedded_documents('train')))
+        t0 = time.perf_counter()
+        out = build_store(src, Path(folder or tmp)/f'store-{workers}', workers=workers)
+        seconds = time.perf_counter() - t0
+        m = read_json(out/'manifest.json')
+    return dict(workers=workers, tokens=m['n_tokens'], seconds=seconds, tokens_per_s=m['n_tokens'] / seconds,
+                steady_tokens_per_s=m['builds'][-1]['steady_tokens_per_s'])   # once the workers are up
 
 # %% ../nbs/06_bench.ipynb #936bfce5
 _OFF = dict(bf16=False, fused=False, compile=False, attn_backend='sdpa', sparse_head=False)

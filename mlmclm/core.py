@@ -12,18 +12,26 @@ import json
 import os
 import platform
 import random
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import typing
+import uuid
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 # %% auto #0
-__all__ = ['package_dir', 'project_root', 'assets_dir', 'seed_everything', 'pick_device', 'pick_dtype', 'atomic_path',
-           'atomic_write_text', 'to_json', 'atomic_write_json', 'read_json', 'append_jsonl', 'read_jsonl',
+__all__ = ['HOST', 'package_dir', 'project_root', 'assets_dir', 'seed_everything', 'pick_device', 'pick_dtype', 'new_file_mode',
+           'atomic_path', 'atomic_write_text', 'to_json', 'atomic_write_json', 'read_json', 'WriteError',
+           'append_lines', 'append_jsonl', 'jsonl_rows', 'warn_lines', 'read_jsonl', 'ClaimHeld', 'this_process',
+           'owner_alive', 'fs_now', 'utc_now', 'claim_state', 'Claim', 'try_claim', 'claim', 'run_claim_path',
            'ConfigError', 'param', 'check_field', 'build_config', 'config_help', 'notebook_parameters', 'git_commit',
            'environment_info', 'config_hash', 'run_dir', 'write_run_record']
 
@@ -73,18 +81,34 @@ def pick_dtype(device: torch.device | str  # where the model runs
     return torch.float32
 
 # %% ../nbs/00_core.ipynb #3bd8d38f
+def _umask() -> int:
+    "The process umask, read without changing it where Linux allows (`os.umask` sets it process-wide, racing threads)."
+    try:
+        for line in Path('/proc/self/status').read_text().splitlines():
+            if line.startswith('Umask:'): return int(line.split()[1], 8)
+    except (OSError, ValueError): pass
+    mask = os.umask(0o022); os.umask(mask)
+    return mask
+
+def new_file_mode(path: str | Path) -> int:
+    "The mode a rewrite of `path` should get: the existing file's, else 0666 less the umask (what `open` gives)."
+    try: return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError: return 0o666 & ~_umask()
+
 @contextmanager
 def atomic_path(path: str | Path  # the final file; its folder is created if missing
                ):
     "Yield a temporary path beside `path`; on success it replaces `path` atomically, on error it is removed."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = new_file_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent)
     os.close(fd)
     tmp = Path(tmp)
     try:
         yield tmp
         with open(tmp, 'rb') as f: os.fsync(f.fileno())
+        os.chmod(tmp, mode)   # mkstemp made it 0600; writers inside the block may also have replaced it
         os.replace(tmp, path)
     finally:
         if tmp.exists(): tmp.unlink()
@@ -101,9 +125,11 @@ def _to_jsonable(o):
     if type(o).__module__ == 'torch' and type(o).__name__ == 'dtype': return str(o)   # torch.float32 -> 'torch.float32'
     raise TypeError(f'cannot write {type(o).__name__} as JSON')
 
-def to_json(obj, indent: int | None = 2) -> str:
+def to_json(obj, indent: int | None = 2,
+            allow_nan: bool = True,   # False: NaN and infinities raise ValueError (they are not valid JSON)
+           ) -> str:
     "JSON text with sorted keys (stable diffs); dataclasses, paths and numpy scalars allowed."
-    return json.dumps(obj, indent=indent, sort_keys=True, default=_to_jsonable)
+    return json.dumps(obj, indent=indent, sort_keys=True, default=_to_jsonable, allow_nan=allow_nan)
 
 def atomic_write_json(path: str | Path, obj) -> Path:
     "Write `obj` as sorted, indented JSON to `path` atomically."
@@ -113,22 +139,213 @@ def read_json(path: str | Path):
     return json.loads(Path(path).read_text(encoding='utf-8'))
 
 # %% ../nbs/00_core.ipynb #b4a68932
+class WriteError(OSError):
+    "A write that did not complete (disk full, quota, I/O error); names the file; what was written before is intact."
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        n = os.write(fd, data)
+        if n <= 0: raise OSError(28, os.strerror(28))
+        data = data[n:]
+
+def append_lines(path: str | Path, lines: list[str]) -> tuple[int, int]:
+    "Append `lines` (no newlines inside) to `path` in one write and fsync; returns the file's (device, inode)."
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    data = ''.join(line + '\n' for line in lines).encode('utf-8')
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            st = os.fstat(fd)
+            if st.st_size and os.pread(fd, 1, st.st_size - 1) != b'\n': data = b'\n' + data   # end a torn line first
+            _write_all(fd, data)
+            os.fsync(fd)
+            return st.st_dev, st.st_ino
+        finally: os.close(fd)
+    except OSError as e:
+        raise WriteError(e.errno, f'{e.strerror}: could not append to {path}; the rows written before are intact, '
+                                  f'these {len(lines)} line(s) may be missing or torn') from e
+
 def append_jsonl(path: str | Path, row: dict) -> None:
     "Append one JSON row to `path` as a single write, then flush it to disk."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    line = to_json(row, indent=None) + '\n'
-    with open(path, 'a', encoding='utf-8') as f:
-        f.write(line); f.flush(); os.fsync(f.fileno())
+    append_lines(path, [to_json(row, indent=None)])
+
+def jsonl_rows(path: str | Path) -> tuple[list[tuple[int, dict]], list[str]]:
+    "(line number, row) for each JSON-object line of `path`, and a 'line N: why' for each other line; a torn last line is neither."
+    try: data = Path(path).read_bytes()
+    except FileNotFoundError: return [], []
+    *lines, tail = data.split(b'\n')            # `tail`: after the last newline; b'' when the file ends cleanly
+    rows, problems = [], []
+    for i, raw in enumerate(lines + [tail], 1):
+        if not raw.strip(): continue
+        torn = i == len(lines) + 1
+        try: row = json.loads(raw.decode('utf-8'))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            if not torn: problems.append(f'line {i}: ' + ('not UTF-8' if isinstance(e, UnicodeDecodeError) else f'not JSON ({e.msg})'))
+            continue
+        if isinstance(row, dict): rows.append((i, row))
+        elif not torn: problems.append(f'line {i}: a JSON {type(row).__name__}, not an object')
+    return rows, problems
+
+def warn_lines(path: str | Path, problems: list[str], what: str = 'unreadable') -> None:
+    "One warning naming `path` and the first few of its skipped lines."
+    if not problems: return
+    more = f' (and {len(problems) - 5} more)' if len(problems) > 5 else ''
+    warnings.warn(f'{path}: skipped {len(problems)} {what} line(s): ' + '; '.join(problems[:5]) + more, stacklevel=3)
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    "All complete rows of a JSON-lines file (a torn last line from a killed writer is skipped); [] if missing."
+    "The rows of a JSON-lines file ([] if missing); a torn last line is skipped, other bad lines with a warning."
+    rows, problems = jsonl_rows(path)
+    warn_lines(path, problems)
+    return [r for _, r in rows]
+
+# %% ../nbs/00_core.ipynb #3e471a59
+class ClaimHeld(RuntimeError):
+    "Another live worker holds the claim; the message says who and since when."
+
+HOST = socket.gethostname()
+
+def _pid_start(pid: int) -> str | None:
+    "When `pid` started (clock ticks since boot, Linux), to tell a process from a later one that reuses its pid."
+    try: return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[19]
+    except (OSError, IndexError): return None
+
+def this_process() -> dict:
+    "Host, pid and the pid's start time of this process: what claims and shard headers record."
+    return dict(host=HOST, pid=os.getpid(), pid_start=_pid_start(os.getpid()))
+
+def owner_alive(info: dict) -> bool | None:
+    "Whether the process named by `info` (host, pid, pid_start) still runs: True/False on this host, None elsewhere."
+    if not isinstance(info, dict) or info.get('host') != HOST: return None
+    pid = info.get('pid')
+    if not isinstance(pid, int) or pid <= 0: return False
+    try: os.kill(pid, 0)
+    except ProcessLookupError: return False
+    except PermissionError: pass                    # alive, owned by someone else
+    start = _pid_start(pid)
+    return start is None or info.get('pid_start') in (None, start)
+
+def fs_now(folder: str | Path) -> float:
+    "The time now on the filesystem holding `folder`: the mtime of a file just created there."
+    probe = Path(folder)/f'.clock-{uuid.uuid4().hex}'
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try: return os.fstat(fd).st_mtime
+    finally: os.close(fd); probe.unlink()
+
+def utc_now() -> str:
+    "The time now as an ISO-8601 UTC string with microseconds (sorts as it reads)."
+    t = time.time()
+    return time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(t)) + f'.{int(t % 1 * 1e6):06d}Z'
+
+# %% ../nbs/00_core.ipynb #7fd4ec59
+def _create_exclusive(path: Path, text: str) -> bool:
+    "Create `path` holding `text` if nothing is there: a complete private file, hard-linked into place."
+    tmp = path.with_name(f'.{path.name}.{uuid.uuid4().hex}.tmp')
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try: _write_all(fd, text.encode()); os.fsync(fd)
+    finally: os.close(fd)
+    try:
+        os.link(tmp, path)
+        return True
+    except OSError as e:
+        try: linked = os.stat(tmp).st_nlink == 2   # a retried NFS LINK may fail after succeeding
+        except OSError: linked = False
+        if linked or isinstance(e, FileExistsError): return linked
+        if e.errno not in (1, 95):  raise           # EPERM/EOPNOTSUPP: no hard links here; fall back to O_EXCL
+        try: fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError: return False
+        try: _write_all(fd, text.encode()); os.fsync(fd)
+        finally: os.close(fd)
+        return True
+    finally: tmp.unlink(missing_ok=True)
+
+def _remove_if_same(path: Path, raw: bytes) -> bool:
+    "Remove `path` if it still holds `raw`; if another worker replaced it meanwhile, leave theirs in place."
+    aside = path.with_name(f'.{path.name}.{uuid.uuid4().hex}.aside')
+    try: os.rename(path, aside)
+    except FileNotFoundError: return False
+    same = aside.read_bytes() == raw
+    if not same:
+        try: os.link(aside, path)                  # we moved a fresh claim: give it back, unless a newer one is there
+        except FileExistsError: pass
+    aside.unlink()
+    return same
+
+def claim_state(path: str | Path, lease_s: float) -> tuple[str, dict | None, bytes]:
+    "('free' | 'running' | 'stale', the claim's content, its raw bytes) of the claim file at `path`."
     path = Path(path)
-    if not path.exists(): return []
-    rows = []
-    for line in path.read_text(encoding='utf-8').splitlines():
-        try: rows.append(json.loads(line))
-        except json.JSONDecodeError: continue
-    return rows
+    try: raw, mtime = path.read_bytes(), os.stat(path).st_mtime
+    except FileNotFoundError: return 'free', None, b''
+    try: info = json.loads(raw)
+    except ValueError: info = None
+    alive = owner_alive(info)
+    if alive is not None: return ('running' if alive else 'stale'), info, raw
+    lease = max(lease_s, info.get('lease_s', 0) if isinstance(info, dict) else 0)
+    return ('running' if fs_now(path.parent) - mtime < lease else 'stale'), info, raw
+
+# %% ../nbs/00_core.ipynb #af08e269
+@dataclasses.dataclass
+class Claim:
+    "A held claim: the file at `path` names this process until `release`; a heartbeat thread keeps it fresh."
+    path: Path
+    raw: bytes
+    lease_s: float
+    _stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def held(self) -> bool:
+        try: return self.path.read_bytes() == self.raw
+        except FileNotFoundError: return False
+
+    def _beat(self):
+        while not self._stop.wait(max(self.lease_s / 4, 0.05)):
+            if not self.held(): return             # taken over (we were silent too long): stop touching it
+            try: os.utime(self.path)
+            except OSError: pass
+
+    def start(self) -> 'Claim':
+        self._thread = threading.Thread(target=self._beat, name=f'claim {self.path.name}', daemon=True)
+        self._thread.start()
+        return self
+
+    def release(self) -> None:
+        "Stop the heartbeat and remove the claim if it is still ours."
+        self._stop.set()
+        if self._thread is not None: self._thread.join()
+        _remove_if_same(self.path, self.raw)
+
+
+def try_claim(path: str | Path,    # the claim file (its folder is created)
+              lease_s: float = 1800.0,  # an owner on another host silent this long is taken as gone
+              note: str = '',      # what is claimed, for people reading the file
+             ) -> Claim | None:
+    "Claim the work named by `path` atomically (taking over a stale claim); None if a live worker holds it."
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    info = dict(this_process(), started=utc_now(), lease_s=lease_s, note=note, token=uuid.uuid4().hex)
+    text = to_json(info, indent=None) + '\n'
+    for _ in range(5):
+        if _create_exclusive(path, text): return Claim(path, text.encode(), lease_s).start()
+        state, _, raw = claim_state(path, lease_s)
+        if state == 'running': return None
+        if state == 'stale': _remove_if_same(path, raw)
+    return None
+
+
+@contextmanager
+def claim(path: str | Path, lease_s: float = 1800.0, note: str = ''):
+    "Hold the claim at `path` for the block; raises `ClaimHeld` (naming the holder) if a live worker has it."
+    held = try_claim(path, lease_s, note)
+    if held is None:
+        _, info, _ = claim_state(path, lease_s)
+        who = f"{info.get('host')} pid {info.get('pid')} since {info.get('started')}" if isinstance(info, dict) else 'another worker'
+        raise ClaimHeld(f'{path} is claimed by {who}; it is taken over once that process is gone '
+                        f'(or silent for {lease_s:g} s on another host)')
+    try: yield held
+    finally: held.release()
+
+
+def run_claim_path(out_dir: str | Path, run_id: str) -> Path:
+    "The claim file of pretraining run `run_id` under `out_dir` (what `python -m mlmclm.study status` reads)."
+    return Path(out_dir)/'.claims'/f'{run_id}.claim'
 
 # %% ../nbs/00_core.ipynb #f298c492
 class ConfigError(ValueError):

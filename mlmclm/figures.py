@@ -5,6 +5,7 @@
 # %% ../nbs/05_figures.ipynb #826003a5
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
@@ -17,21 +18,23 @@ import pandas as pd
 import seaborn as sns
 
 from .core import assets_dir, atomic_path, atomic_write_text, project_root, read_jsonl
-from .vocab import ADAMW, E3_STEPS, FAMILIES, PRETRAIN, PROTOCOL, RATIOS, SIZE_ORDER, describe_checkpoint, parse_run_name
-from .results import aggregate, family_scores, lr_curve, read_results, tidy_results
-from .paper_runs import reported_scores
+from .vocab import (ADAMW, E3_STEPS, FAMILIES, FULL_BUDGET, PRETRAIN, PROTOCOL, RATIOS, SIZE_ORDER,
+                          describe_checkpoint, parse_run_name)
+from .results import (DEFAULT_SELECTION, PROTOCOL_AXES, SELECTIONS, aggregate, diff_interval, family_scores,
+                            lr_curve, protocol_cell, protocol_cells, read_results, seed_family_scores, tidy_results)
+from .paper_runs import paper_rows, reported_scores
 
 # %% auto #0
 __all__ = ['KIND_COLORS', 'PAPER_MARKER', 'TABLE_GROUPS', 'study_scores', 'setup_style', 'save_figure', 'scale_note',
-           'fig_overview', 'fig_mlm_vs_clm', 'fig_mask_ratio', 'fig_data_efficiency', 'fig_lr_stability',
-           'fig_biphasic', 'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest',
-           'hyperparameter_table', 'results_tables', 'ours_minus_paper', 'write_table', 'collect_cpt_loss',
-           'render_all', 'main']
+           'fig_overview', 'fig_mlm_vs_clm', 'fig_mask_ratio', 'fig_data_efficiency', 'paper_flops_per_step',
+           'fig_lr_stability', 'fig_biphasic', 'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest',
+           'protocol_gaps', 'fig_protocol_gap', 'hyperparameter_table', 'results_tables', 'ours_minus_paper',
+           'write_table', 'collect_cpt_loss', 'render_all', 'drawable', 'main']
 
 # %% ../nbs/05_figures.ipynb #30282a31
-def study_scores(results: pd.DataFrame, selection: str = 'mean') -> pd.DataFrame:
+def study_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
     "Family scores (percent) with CIs and checkpoint metadata, one row per (checkpoint, family)."
-    fam = family_scores(results, selection)
+    fam = family_scores(protocol_cell(paper_rows(results)), selection)
     fam = fam[fam.family.isin(FAMILIES)].copy()
     for c in ('score', 'ci_low', 'ci_high'): fam[c] = fam[c] * 100
     meta = pd.DataFrame([describe_checkpoint(n) for n in fam.checkpoint.unique()])
@@ -79,13 +82,13 @@ def _paper_points(ax, ref: pd.DataFrame, x: str, label_once: list):
     label_once.append(True)
 
 
-def _finish(fig, axes, title: str, scale: str, xlabel: str):
+def _finish(fig, axes, title: str, scale: str, xlabel: str, ylabel: str = 'score (%)'):
     for ax, fam in zip(axes, FAMILIES):
         ax.set_title(fam); ax.set_xlabel(xlabel)
         lo, hi = ax.get_ylim()
-        ax.set_ylim(max(lo, 0), min(hi, 100))   # scores are percentages: wide CIs (few seeds) are clipped
+        if ylabel == 'score (%)': ax.set_ylim(max(lo, 0), min(hi, 100))   # percentages: wide CIs (few seeds) are clipped
         ax.tick_params(axis='x', labelsize=7)
-    axes[0].set_ylabel('score (%)')
+    axes[0].set_ylabel(ylabel)
     handles, labels = [], []
     for ax in axes:
         for h, l in zip(*ax.get_legend_handles_labels()):
@@ -123,9 +126,14 @@ def fig_overview(scale: str = 'paper'):
 # %% ../nbs/05_figures.ipynb #beabf0ec
 def _final(df): return df[~df.intermediate.astype(bool)]
 
+def _ratio_is(df, ratio=0.4): return np.isclose(df.mask_ratio.astype(float), ratio)
+
+def _mlm_at(df, ratio=0.4): return (df.kind == 'mlm') & _ratio_is(df, ratio)
+
 def _pure(df, ratio=0.4):
+    "Final CLM and MLM-`ratio` models of the full 42k budget (the 12k/22k ones belong to Figure 6)."
     df = _final(df)
-    return df[(df.kind == 'clm') | ((df.kind == 'mlm') & np.isclose(df.mask_ratio.astype(float), ratio))]
+    return df[((df.kind == 'clm') | _mlm_at(df, ratio)) & (df.budget == FULL_BUDGET)]
 
 
 def fig_mlm_vs_clm(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
@@ -148,9 +156,14 @@ def fig_mlm_vs_clm(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     return fig
 
 # %% ../nbs/05_figures.ipynb #9eaf211e
+def _mask_ratio_rows(df):
+    "Final pure-MLM models of the full budget, every ratio (the 12k/22k MLM-40 models are not 42k points)."
+    df = _final(df)
+    return df[(df.kind == 'mlm') & (df.budget == FULL_BUDGET)]
+
+
 def fig_mask_ratio(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
-    ours, paper = _final(scores), _final(ref)
-    ours, paper = ours[ours.kind == 'mlm'], paper[paper.kind == 'mlm']
+    ours, paper = _mask_ratio_rows(scores), _mask_ratio_rows(ref)
     fig, axes = _facet()
     once = []
     for ax, fam in zip(axes, FAMILIES):
@@ -195,6 +208,18 @@ def fig_data_efficiency(scores: pd.DataFrame, ref: pd.DataFrame, scale: str, flo
     _finish(fig, axes, title, scale, 'training FLOPs' if flops_per_step else 'pretraining step (k, paper units)')
     return fig
 
+
+@functools.lru_cache(maxsize=None)
+def paper_flops_per_step(size: str,  # a model size of `mlmclm.model.MODEL_SIZES`
+                         kind: str,  # 'clm' or 'mlm'
+                         mask_ratio: float = 0.4,  # MLM's masked share (its sparse head pays for masked tokens only)
+                        ) -> float:
+    "Training FLOPs of one pretraining step at the paper's batch (2,304 sequences of 1,024 tokens)."
+    from mlmclm.model import model_config            # torch is imported only when this variant is drawn
+    from mlmclm.objectives import flops_per_token
+    per_token = flops_per_token(model_config(size), PRETRAIN.seq_len, 'mlm' if kind == 'mlm' else 'clm', mask_ratio)
+    return PRETRAIN.rows_per_step * PRETRAIN.seq_len * per_token
+
 # %% ../nbs/05_figures.ipynb #c032b2f5
 def fig_lr_stability(curves: pd.DataFrame, scale: str):
     meta = pd.DataFrame([describe_checkpoint(n) for n in curves.checkpoint.unique()])
@@ -210,13 +235,26 @@ def fig_lr_stability(curves: pd.DataFrame, scale: str):
     return fig
 
 # %% ../nbs/05_figures.ipynb #a32be82d
+def _late_switch(df):
+    "E6's design: CLM for more than 90% of the budget, then a short MLM tail (`610m-clm-40k-mlm20-42k`)."
+    return (df.kind == 'biphasic') & (df.clm_share.astype(float) > 0.9)
+
+
+def _fixed_budget_rows(df, size=None):
+    """Figure 6's models: CLM-then-MLM-40 splits (E6's late switches excluded) and the pure CLM and MLM-40 models of
+    the same size and budgets, the 100% and 0% ends of each line. One size: `size`, else the one with most splits."""
+    df = _final(df)
+    bi = df[(df.kind == 'biphasic') & _ratio_is(df) & ~_late_switch(df)]
+    if size is None and len(bi):
+        counts = bi.drop_duplicates('checkpoint')['size'].value_counts()
+        size = max(counts.index, key=lambda s: (counts[s], SIZE_ORDER.index(s) if s in SIZE_ORDER else -1))
+    ends = df[((df.kind == 'clm') | _mlm_at(df)) & df.budget.isin(set(bi[bi['size'] == size].budget))]
+    return pd.concat([bi, ends])[lambda d: d['size'] == size], size
+
+
 def fig_biphasic(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
-    def pick(df):
-        df = _final(df)
-        df = df[(df.kind.isin(['clm', 'biphasic'])) | ((df.kind == 'mlm') & np.isclose(df.mask_ratio.astype(float), 0.4))]
-        sizes = set(df[df.kind == 'biphasic']['size'])
-        return df[df['size'].isin(sizes)]
-    ours, paper = pick(scores), pick(ref)
+    ours, size = _fixed_budget_rows(scores)
+    paper, _ = _fixed_budget_rows(ref, size)
     fig, axes = _facet()
     once = []
     budgets = sorted(set(ours.budget))
@@ -227,19 +265,28 @@ def fig_biphasic(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
             ax.plot(o.clm_share * 100, o.score, marker='o', color=pal[b], label=f'{b // 1000}k steps')
         p = paper[paper.family == fam]
         _paper_points(ax, p.assign(x=p.clm_share * 100), 'x', once)
-    _finish(fig, axes, 'Figure 6: score vs CLM share of the budget (CLM then MLM-40)', scale, 'CLM share (%)')
+    _finish(fig, axes, f'Figure 6: score vs CLM share of the budget (CLM then MLM-40, {size or "no split"})', scale,
+            'CLM share (%)')
     return fig
 
 # %% ../nbs/05_figures.ipynb #015fb6ec
+def _ratio_after_clm_rows(df):
+    "(E6's late switches, pure MLM models of the same sizes and budget at every ratio)."
+    df = _final(df)
+    after = df[_late_switch(df)]
+    sizes, budgets = (set(after['size']), set(after.budget)) if len(after) else (set(df['size']), {FULL_BUDGET})
+    return after, df[(df.kind == 'mlm') & df['size'].isin(sizes) & df.budget.isin(budgets)]
+
+
 def fig_ratio_after_clm(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
-    df = _final(scores)
-    after = df[(df.kind == 'biphasic') & (df.clm_share > 0.9)]
-    pure = df[(df.kind == 'mlm') & df['size'].isin(set(after['size']) or set(df['size']))]
+    after, pure = _ratio_after_clm_rows(scores)
     fig, axes = _facet()
     for ax, fam in zip(axes, FAMILIES):
         for label, d, kind in (('CLM then MLM', after, 'biphasic'), ('MLM only', pure, 'mlm')):
-            o = d[d.family == fam].sort_values('mask_ratio')
-            if len(o): ax.plot(o.mask_ratio * 100, o.score, marker='o', color=KIND_COLORS[kind], label=label)
+            for size, o in d[d.family == fam].groupby('size'):
+                o = o.sort_values('mask_ratio')
+                name = label if d['size'].nunique() == 1 else f'{label} ({size})'
+                ax.plot(o.mask_ratio * 100, o.score, marker='o', color=KIND_COLORS[kind], label=name)
         if not len(after): ax.text(0.5, 0.1, 'no CLM→MLM ratio runs\nat this scale', transform=ax.transAxes,
                                    ha='center', fontsize=7, color='grey')
     _finish(fig, axes, 'Figure 7: masking-ratio sensitivity after CLM pretraining', scale, 'masking ratio (%)')
@@ -291,7 +338,7 @@ def fig_cpt_loss(loss: pd.DataFrame, scale: str):
 # %% ../nbs/05_figures.ipynb #d100fc4a
 def fig_biphasic_largest(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     df = _final(scores)
-    bi = df[(df.kind == 'biphasic') & np.isclose(df.clm_share.astype(float), 10 / 42, atol=0.03)]
+    bi = df[(df.kind == 'biphasic') & np.isclose(df.clm_share.astype(float), 10 / 42, atol=0.03) & (df.budget == FULL_BUDGET)]
     size = max(set(bi['size']), key=SIZE_ORDER.index) if len(bi) else None
     fig, axes = _facet()
     once = []
@@ -299,7 +346,7 @@ def fig_biphasic_largest(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
         if size is None:
             ax.text(0.5, 0.5, 'no 25% biphasic run', ha='center', transform=ax.transAxes, fontsize=7, color='grey')
             continue
-        rows = pd.concat([_pure(df)[(_pure(df)['size'] == size) & (_pure(df).budget == 42000)], bi[bi['size'] == size]])
+        rows = pd.concat([_pure(df)[_pure(df)['size'] == size], bi[bi['size'] == size]])
         rows = rows[rows.family == fam]
         order = ['clm', 'mlm', 'biphasic']
         rows = rows.set_index('kind').reindex(order)
@@ -314,11 +361,69 @@ def fig_biphasic_largest(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     _finish(fig, axes, f'Appendix figure: biphasic (25% CLM) vs pure objectives at {size or "the largest size"}', scale, '')
     return fig
 
+# %% ../nbs/05_figures.ipynb #fa95bac7
+def _gap_rows(per_seed: pd.DataFrame, cell: dict) -> list[dict]:
+    "MLM minus CLM (points) per family for each final MLM model paired with the CLM model of its size and budget."
+    meta = pd.DataFrame([describe_checkpoint(n) for n in per_seed.checkpoint.unique()])
+    df = _final(per_seed.merge(meta, on='checkpoint'))
+    rows = []
+    for (name, fam), m in df[df.kind == 'mlm'].groupby(['checkpoint', 'family']):
+        c = df[(df.kind == 'clm') & (df.family == fam) & (df['size'] == m['size'].iloc[0]) & (df.budget == m.budget.iloc[0])]
+        if c.checkpoint.nunique() != 1: continue
+        gap, lo, hi = diff_interval(m.test_score * 100, c.test_score * 100)
+        rows.append(dict(cell, family=fam, mlm=name, clm=c.checkpoint.iloc[0], gap=gap, ci_low=lo, ci_high=hi,
+                         mlm_score=m.test_score.mean() * 100, clm_score=c.test_score.mean() * 100,
+                         n_seeds_mlm=len(m), n_seeds_clm=len(c)))
+    return rows
+
+
+def protocol_gaps(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
+    "MLM−CLM family-score gap (points) with Welch's 95% interval, per protocol cell, family and (MLM, CLM) pair."
+    res = paper_rows(results)
+    rows = []
+    for cell in protocol_cells(res):
+        per_seed = seed_family_scores(protocol_cell(res, **cell), selection)
+        if len(per_seed): rows += _gap_rows(per_seed, cell)
+    cols = list(PROTOCOL_AXES) + ['family', 'mlm', 'clm', 'gap', 'ci_low', 'ci_high', 'mlm_score', 'clm_score',
+                                  'n_seeds_mlm', 'n_seeds_clm']
+    return pd.DataFrame(rows, columns=cols)
+
+
+def fig_protocol_gap(gaps: pd.DataFrame, scale: str):
+    "The MLM−CLM gap per family under each fine-tuning protocol cell (bars: pairs; shaded: the paper's cell)."
+    cells = list(dict.fromkeys(zip(*(gaps[a] for a in PROTOCOL_AXES))))
+    paper_cell = tuple(v[0] for v in PROTOCOL_AXES.values())
+    pairs = sorted(set(zip(gaps.mlm, gaps.clm)))
+    width = 0.8 / max(len(pairs), 1)
+    fig, axes = _facet(width=9.0, height=2.6)
+    for ax, fam in zip(axes, FAMILIES):
+        for j, (mlm, clm) in enumerate(pairs):
+            g = gaps[(gaps.family == fam) & (gaps.mlm == mlm)].set_index(list(PROTOCOL_AXES)).reindex(cells)
+            pos = np.arange(len(cells)) + (j - (len(pairs) - 1) / 2) * width
+            ax.bar(pos, g.gap, width=width * 0.9, yerr=[g.gap - g.ci_low, g.ci_high - g.gap], capsize=2,
+                   error_kw=dict(lw=0.8), label=f'{mlm} − {clm}')
+        if paper_cell in cells:
+            i = cells.index(paper_cell)
+            ax.axvspan(i - 0.45, i + 0.45, color='grey', alpha=0.15, lw=0, label="the paper's protocol")
+        ax.axhline(0, color='black', lw=0.8)
+        ax.set_xticks(range(len(cells))); ax.set_xticklabels(['\n'.join(c) for c in cells], fontsize=6)
+    _finish(fig, axes, 'Beyond the paper: MLM − CLM gap under each fine-tuning protocol', scale,
+            ' / '.join(PROTOCOL_AXES), ylabel='MLM − CLM (points)')
+    return fig
+
 # %% ../nbs/05_figures.ipynb #ce60aa4e
-TABLE_GROUPS = [('pure models', 2, lambda m: (~m.intermediate) & m.kind.isin(['clm', 'mlm'])),
-                ('data efficiency', 6, lambda m: m.intermediate | (m.kind.isin(['clm', 'mlm']) & m.condition.str.match(r'(clm|mlm40)-42k$') & m['size'].isin(set(m[m.intermediate]['size'])))),
-                ('biphasic', 10, lambda m: (~m.intermediate) & (m.kind == 'biphasic')),
-                ('continued pretraining', 14, lambda m: (~m.intermediate) & (m.kind == 'cpt'))]
+def _pure_full_budget(m): return (~m.intermediate) & m.kind.isin(['clm', 'mlm']) & (m.budget == FULL_BUDGET)
+
+def _data_efficiency(m):
+    return m.intermediate | (m.kind.isin(['clm', 'mlm']) & m.condition.str.match(r'(clm|mlm40)-42k$')
+                             & m['size'].isin(set(m[m.intermediate]['size'])))
+
+def _fixed_budget(m): return m.checkpoint.isin(set(_fixed_budget_rows(m)[0].checkpoint))
+
+# (title, number of its first table, which checkpoints): the 15 pure 42k models; the intermediate checkpoints with
+# their final models; Figure 6's models (the splits and their pure ends, without E6's late switches); CPT.
+TABLE_GROUPS = [('pure models', 2, _pure_full_budget), ('data efficiency', 6, _data_efficiency),
+                ('biphasic', 10, _fixed_budget), ('continued pretraining', 14, lambda m: (~m.intermediate) & (m.kind == 'cpt'))]
 
 
 def hyperparameter_table() -> pd.DataFrame:
@@ -332,7 +437,8 @@ def hyperparameter_table() -> pd.DataFrame:
             ('pretraining', 'masking', f"{'/'.join(map(str, RATIOS))}% of non-special tokens, all replaced by <|mask|>"),
             ('pretraining', 'CPT schedule (our choice)', f'{r.cpt_warmup_steps} warmup, constant, {r.cpt_decay_steps} decay'),
             ('pretraining', 'data / tokenizer', f"{r.data} / {r.tokenizer}")]
-    rows += [('fine-tuning', k, v) for k, v in PROTOCOL.items()]
+    # the selection row comes from the rule the aggregation runs by default, so the two cannot disagree
+    rows += [('fine-tuning', k, SELECTIONS[DEFAULT_SELECTION] if k == 'selection' else v) for k, v in PROTOCOL.items()]
     return pd.DataFrame(rows, columns=['stage', 'setting', 'value'])
 
 
@@ -393,16 +499,18 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
                out_dir: str | Path,            # where figures and tables go
                scale: str = 'demo',            # 'demo' or 'paper' (written on every figure)
                cpt_loss: pd.DataFrame | None = None,  # Figure 9's curves
-               flops_per_step=None,            # (size, kind) -> FLOPs per step, for Figure 4's appendix variant
-               selection: str = 'mean',        # LR selection: 'mean' (seed-mean validation) or 'per_seed'
+               flops_per_step=paper_flops_per_step,  # (size, kind) -> FLOPs per step (Figure 4's appendix variant); None: skip it
+               selection: str = DEFAULT_SELECTION,   # LR selection: 'per_seed' (each seed's best) or 'mean' (best seed-mean)
               ) -> list[Path]:
     "Every figure (PNG + PDF) and table (Markdown + LaTeX) of the paper into `out_dir`."
     setup_style()
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    per_dataset = aggregate(results, selection=selection)
-    scores = study_scores(results, selection)
+    every = paper_rows(results)          # the paper's datasets only (no `qed`)
+    paper = protocol_cell(every)         # the paper's fine-tuning protocol; other cells: the protocol figure
+    per_dataset = aggregate(paper, selection=selection)
+    scores = study_scores(paper, selection)
     ref = reported_scores()
-    curves = lr_curve(results)
+    curves = lr_curve(paper)
     files = []
     figures = {'fig1_overview': fig_overview(scale),
                'fig2_mlm_vs_clm': fig_mlm_vs_clm(scores, ref, scale),
@@ -416,8 +524,12 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
                'figA1_biphasic_largest': fig_biphasic_largest(scores, ref, scale)}
     if flops_per_step is not None:
         figures['fig4b_data_efficiency_flops'] = fig_data_efficiency(scores, ref, scale, flops_per_step)
+    gaps = protocol_gaps(every, selection) if len(protocol_cells(every)) > 1 else None
+    if gaps is not None: figures['figP_protocol_gap'] = fig_protocol_gap(gaps, scale)
     for name, fig in figures.items(): files += save_figure(fig, out, name)
     tables = out/'tables'
+    if gaps is not None:
+        files += write_table(gaps, tables, 'protocol_gap', f'MLM minus CLM (points) per fine-tuning protocol ({scale_note(scale)})')
     files += write_table(hyperparameter_table(), tables, 'T01_hyperparameters', 'Table 1: hyperparameters')
     for name, table in results_tables(per_dataset, scores).items():
         files += write_table(table, tables, name, f'Table {int(name[1:3])}: {name[4:].replace("_", " ")} ({scale_note(scale)})')
@@ -426,6 +538,31 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
     return files
 
 # %% ../nbs/05_figures.ipynb #69343a14
+def drawable(results: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    "(the rows whose checkpoint names the figures can place, the names they cannot)."
+    bad = []
+    for name in results.checkpoint_name.astype(str).unique():
+        try: parse_run_name(name)
+        except ValueError: bad.append(name)
+    return results[~results.checkpoint_name.astype(str).isin(bad)], sorted(bad)
+
+
+def _read_for_figures(p, path: str) -> pd.DataFrame:
+    "The results at `path` that can be drawn; exits with a message (no traceback) when there are none."
+    from mlmclm.results import RESULT_COLUMNS, shard_dir
+    if not Path(path).exists() and not shard_dir(path).is_dir(): p.exit(2, f'error: results {path} do not exist\n')
+    try: results = read_results(path)
+    except (OSError, ValueError) as e: p.exit(2, f'error: cannot read results {path}: {e}\n')
+    missing = [c for c in RESULT_COLUMNS[:7] if c not in results]
+    if missing: p.exit(2, f'error: {path} lacks the columns {missing}; a results table has {RESULT_COLUMNS}\n')
+    results, skipped = drawable(results)
+    if skipped:
+        print(f"left out {len(skipped)} checkpoint(s) whose names are not released names (e.g. 610m-clm-10k-mlm40-42k), "
+              f"so the figures cannot place them: {', '.join(skipped)}")
+    if results.empty: p.exit(1, f'error: no results to draw in {path}\n')
+    return results
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
     p = argparse.ArgumentParser(prog='python -m mlmclm.figures', description='Render every figure and table.')
@@ -433,21 +570,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument('--out', required=True, help='output folder (e.g. figures/demo)')
     p.add_argument('--scale', default='demo', choices=['demo', 'paper', 'authors'])
     p.add_argument('--study', help='study folder to collect CPT loss curves from (writes <out>/cpt_loss.csv)')
-    p.add_argument('--selection', default='mean', choices=['mean', 'per_seed'])
+    p.add_argument('--selection', default=DEFAULT_SELECTION, choices=list(SELECTIONS),
+                   help="LR selection: 'per_seed' (each seed's best LR on validation; reproduces the paper) or 'mean'")
     args = p.parse_args(argv)
-    results = read_results(args.results)
-    if results.empty: raise SystemExit(f'no results in {args.results}')
+    results = _read_for_figures(p, args.results)
     out = Path(args.out)
-    # the tidy table the figures were drawn from travels with them (sorted, fixed float format: stable diffs)
-    table = out/'results.csv'
-    if Path(args.results).resolve() != table.resolve():
-        atomic_write_text(table, tidy_results(results).to_csv(index=False, float_format='%.6g'))
     loss_csv = out/'cpt_loss.csv'
     if args.study:
         loss = collect_cpt_loss(args.study)
         atomic_write_text(loss_csv, loss.to_csv(index=False, float_format='%.6g'))
     loss = pd.read_csv(loss_csv) if loss_csv.is_file() else None
     files = render_all(results, out, args.scale, cpt_loss=loss, selection=args.selection)
+    # the tidy table the figures were drawn from travels with them (sorted, fixed float format: stable diffs)
+    table = out/'results.csv'
+    if Path(args.results).resolve() != table.resolve():
+        atomic_write_text(table, tidy_results(results).to_csv(index=False, float_format='%.6g'))
     print(f'wrote {len(files)} files to {args.out}')
 
 # %% ../nbs/05_figures.ipynb #cb9e073e

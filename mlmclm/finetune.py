@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,51 +20,124 @@ import torch.nn.functional as F
 
 from .core import (ConfigError, append_jsonl, atomic_path, atomic_write_json, build_config, config_hash, param,
                          pick_device, pick_dtype, project_root, read_json, read_jsonl, seed_everything)
-from .vocab import ADAMW, PROTOCOL
+from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL
 from .model import TaskModel, build_model, check_checkpoint, load, save
 from .data import load_tokenizer
 from .objectives import adamw
-from .tasks import TASKS, Task, entity_f1, ndcg_at_10, resolve_tasks, squad_em, squad_f1
+from .tasks import (SPLITS, TASKS, Task, entity_f1, load_task, majority_tag, ndcg_encodeval, ndcg_standard,
+                          position_set_f1, resolve_tasks, sentence_macro_f1, squad_em, squad_f1)
 from .results import load_results, family_scores
 
 # %% auto #0
-__all__ = ['KINDS', 'encode_sequence', 'encode_tokens', 'encode_spans', 'encode_texts', 'pad', 'FinetuneConfig',
-           'check_finetune_config', 'encode_pairs', 'pad_pairs', 'HeadKind', 'evaluate', 'cap_eval', 'finetune_run',
-           'st_tokenizer', 'save_sentence_transformer', 'finetune_sweep']
+__all__ = ['SPECIAL_TOKENS', 'KINDS', 'ST_POOLING', 'wrap', 'encode_sequence', 'word_of_tokens', 'encode_tokens',
+           'encode_answer_tokens', 'encode_spans', 'encode_texts', 'pad', 'FinetuneConfig', 'check_finetune_config',
+           'resolve_precision', 'train_steps', 'warmup_steps', 'encode_pairs', 'pad_pairs', 'RunContext', 'HeadKind',
+           'head_kind', 'evaluate', 'cap_eval', 'task_model', 'finetune_run', 'st_tokenizer',
+           'save_sentence_transformer', 'finetune_sweep']
 
 # %% ../nbs/03b_finetune.ipynb #8d3c5f88
+SPECIAL_TOKENS = FINETUNE_OPTIONS['special_tokens'].choices
+
 def _ids(tok, text: str) -> list[int]:
     return tok(text, add_special_tokens=False)['input_ids']
 
 
-def encode_sequence(examples, tok, max_length: int) -> list[dict]:
-    out = []
-    for ex in examples:
-        ids = _ids(tok, ex['text'])[:max_length - 2]
-        out.append(dict(input_ids=[tok.bos_token_id] + ids + [tok.eos_token_id], label=ex['label']))
+def _bos(tok, special_tokens: str) -> list[int]:
+    if special_tokens not in SPECIAL_TOKENS:
+        raise ConfigError(f'special_tokens={special_tokens!r}; choose one of {list(SPECIAL_TOKENS)}')
+    return [tok.bos_token_id] if special_tokens == 'bos_eos' else []
+
+
+def wrap(tok, ids: list[int], max_length: int, special_tokens: str = 'eos') -> list[int]:
+    "A text's ids with its special tokens, at most `max_length` (see above for how each format is cut)."
+    if not _bos(tok, special_tokens): return (ids + [tok.eos_token_id])[:max_length]
+    return [tok.bos_token_id] + ids[:max_length - 2] + [tok.eos_token_id]
+
+
+def encode_sequence(examples, tok, max_length: int, special_tokens: str = 'eos') -> list[dict]:
+    return [dict(input_ids=wrap(tok, _ids(tok, ex['text']), max_length, special_tokens), label=ex['label']) for ex in examples]
+
+
+def word_of_tokens(offsets: list, words: list[str]) -> list[int]:
+    """The word each token of `' '.join(words)` belongs to (-1: none): the word its first character falls in, or the
+    next word when it starts on the space before it."""
+    out, w, start = [], 0, 0
+    for b, e in offsets:
+        if (b, e) == (0, 0): out.append(-1); continue   # an empty token belongs to no word
+        while w < len(words) and b >= start + len(words[w]): start += len(words[w]) + 1; w += 1
+        out.append(w if w < len(words) else -1)
     return out
 
 
-def encode_tokens(examples, tok, max_length: int) -> list[dict]:
+def _tag_sentence(ex, tok) -> tuple[list, list]:
+    "EncodEval's tagging input: the sentence tokenized once; (ids, word of each id)."
+    enc = tok(' '.join(ex['tokens']), add_special_tokens=False, return_offsets_mapping=True)
+    return enc['input_ids'], word_of_tokens(enc['offset_mapping'], ex['tokens'])
+
+
+def _tag_words(ex, tok) -> tuple[list, list]:
+    "The earlier mlmclm tagging input: each word tokenized on its own; (ids, word of each id)."
+    ids, words = [], []
+    for i, word in enumerate(ex['tokens']):
+        pieces = _ids(tok, word if i == 0 else ' ' + word) or [tok.unk_token_id or tok.eos_token_id]
+        ids += pieces; words += [i] * len(pieces)
+    return ids, words
+
+
+def encode_tokens(examples, tok, max_length: int, special_tokens: str = 'eos',
+                  label_all: bool = True,   # every sub-token labelled (EncodEval), else only the first (earlier mlmclm)
+                 ) -> list[dict]:
+    "Tagging features: `input_ids`, per-token `labels` (-100: not trained) and `word_ids` (-1: no word)."
     out = []
     for ex in examples:
-        ids, labels = [tok.bos_token_id], [-100]
-        for i, (word, tag) in enumerate(zip(ex['tokens'], ex['tags'])):
-            pieces = _ids(tok, word if i == 0 else ' ' + word) or [tok.unk_token_id or tok.eos_token_id]
-            if len(ids) + len(pieces) > max_length - 1: break
-            ids += pieces; labels += [tag] + [-100] * (len(pieces) - 1)
-        out.append(dict(input_ids=ids + [tok.eos_token_id], labels=labels + [-100], n_words=sum(l != -100 for l in labels)))
+        ids, words = (_tag_sentence if label_all else _tag_words)(ex, tok)
+        bos = _bos(tok, special_tokens)
+        words = [-1] * len(bos) + (words if not bos else words[:max_length - 2]) + [-1]
+        words = words[:max_length]
+        first = [w >= 0 and (k == 0 or words[k - 1] != w) for k, w in enumerate(words)]
+        labels = [ex['tags'][w] if w >= 0 and (label_all or first[k]) else -100 for k, w in enumerate(words)]
+        out.append(dict(input_ids=wrap(tok, ids, max_length, special_tokens), labels=labels, word_ids=words))
     return out
 
+# %% ../nbs/03b_finetune.ipynb #8eb37fd0
+def _answer_tokens(offsets: list, answers: dict) -> tuple[int, int] | None:
+    "First and last context token of the first gold answer (see above); None when there is none in the kept context."
+    if not answers['text'] or not offsets: return None
+    start = answers['answer_start'][0]; end = start + len(answers['text'][0])
+    if offsets[0][0] > end or offsets[-1][1] < start: return None
+    first = 0
+    while first < len(offsets) and offsets[first][0] <= start: first += 1
+    last = len(offsets) - 1
+    while last >= 0 and offsets[last][1] >= end: last -= 1
+    return first - 1, last + 1
 
-def encode_spans(examples, tok, max_length: int, stride: int | None = None) -> list[dict]:
-    "QA features: one per context window; start/end token positions (0 = no answer in this window)."
+
+def encode_answer_tokens(examples, tok, max_length: int, special_tokens: str = 'eos') -> list[dict]:
+    "EncodEval's QA features: one per example, labels 1 on the first gold answer's tokens, 0 elsewhere."
+    feats = []
+    for n, ex in enumerate(examples):
+        head = (_bos(tok, special_tokens) + _ids(tok, f"Question: {ex['question']}\nContext: "))[:max_length // 2]   # theirs fails on a longer question
+        enc = tok(ex['context'], add_special_tokens=False, return_offsets_mapping=True)
+        end = len(ex['context'])
+        ctx = (enc['input_ids'] + [tok.eos_token_id])[:max_length - len(head)]             # only the context is cut
+        offsets = (list(map(tuple, enc['offset_mapping'])) + [(end, end)])[:len(ctx)]       # EOS: just past the text
+        labels = [0] * (len(head) + len(ctx))
+        span = _answer_tokens(offsets, ex['answers'])
+        if span:
+            a, b = len(head) + span[0], min(len(head) + span[1], len(labels) - 1)
+            labels[a:b + 1] = [1] * max(0, b + 1 - a)
+        feats.append(dict(input_ids=head + ctx, labels=labels, example=n, offsets=[None] * len(head) + offsets))
+    return feats
+
+
+def encode_spans(examples, tok, max_length: int, special_tokens: str = 'eos', stride: int | None = None) -> list[dict]:
+    "QA features of `qa_mode='squad'`: one per context window; start/end token positions (0 = no answer in this window)."
     feats = []
     for n, ex in enumerate(examples):
         q = _ids(tok, ex['question'])[:max_length // 3]
         enc = tok(ex['context'], add_special_tokens=False, return_offsets_mapping=True)
         ctx, offsets = enc['input_ids'], enc['offset_mapping']
-        head = [tok.bos_token_id] + q + [tok.eos_token_id]
+        head = _bos(tok, special_tokens) + q + [tok.eos_token_id]
         width = max(8, max_length - len(head) - 1)
         step = stride or max(1, width // 2)
         answers = list(zip(ex['answers']['answer_start'], ex['answers']['text']))
@@ -80,9 +155,9 @@ def encode_spans(examples, tok, max_length: int, stride: int | None = None) -> l
     return feats
 
 
-def encode_texts(texts, tok, max_length: int, prefix: str) -> list[dict]:
-    "Retrieval inputs with the SPEC's 'Query: ' / 'Document: ' prefixes."
-    return [dict(input_ids=[tok.bos_token_id] + _ids(tok, prefix + t)[:max_length - 2] + [tok.eos_token_id]) for t in texts]
+def encode_texts(texts, tok, max_length: int, prefix: str, special_tokens: str = 'eos') -> list[dict]:
+    "Retrieval inputs with the authors' 'Query: ' / 'Document: ' prefixes."
+    return [dict(input_ids=wrap(tok, _ids(tok, prefix + t), max_length, special_tokens)) for t in texts]
 
 
 def pad(features: list[dict], pad_id: int, keys=('input_ids',)) -> dict:
@@ -101,6 +176,12 @@ def pad(features: list[dict], pad_id: int, keys=('input_ids',)) -> dict:
     return batch
 
 # %% ../nbs/03b_finetune.ipynb #0ed99b09
+def _option(name: str, what: str):
+    "A `FinetuneConfig` field for protocol option `name` (default, choices and meanings from `FINETUNE_OPTIONS`)."
+    o = FINETUNE_OPTIONS[name]
+    return param(o.default, f"{what}: " + '; '.join(f"'{k}' = {v}" for k, v in o.meanings.items()), choices=o.choices)
+
+
 @dataclass
 class FinetuneConfig:
     checkpoint: str = param('tiny-random', "checkpoint folder or hub id; 'tiny-random' builds a fresh tiny model")
@@ -108,13 +189,23 @@ class FinetuneConfig:
     tasks: str = param('embedded', "'all', 'embedded', a family, task names, or a comma list")
     lrs: str = param('1e-4,1e-3', 'comma list of learning rates (paper: 1e-5,2e-5,5e-5,1e-4,2e-4,5e-4)')
     seeds: str = param('0', 'comma list of seeds (paper: 0,1,2,3,4)')
-    max_steps: int = param(1000, 'at most this many steps (and at most one epoch)', low=1)
-    batch_size: int = param(32, 'effective batch size', low=1)
-    micro_batch_size: int = param(32, 'examples per forward pass (accumulate up to batch_size)', low=1)
-    eval_every: int = param(100, 'validation interval in steps', low=1)
+    max_steps: int | None = param(None, 'cap on training steps (quick runs); None: the protocol (min(1000, one epoch), '
+                                        'one epoch for conll2003_en and uner_en)', low=1)
+    batch_size: int = param(FINETUNE.batch_size, 'effective batch size', low=1)
+    micro_batch_size: int = param(FINETUNE.batch_size, 'examples per forward pass (accumulate up to batch_size)', low=1)
+    select_step: str = _option('select_step', 'which weights are tested')
+    eval_every: int = param(FINETUNE.eval_every, "validation interval in steps (select_step='best' only)", low=1)
     max_eval_examples: int | None = param(None, 'cap on validation/test examples (quick runs)', low=1)
-    max_length: int | None = param(None, "token limit (default: the task's)", low=8)
-    attention: str = param('bidirectional', 'attention while fine-tuning (ablation: causal)', choices=('bidirectional', 'causal'))
+    max_length: int | None = param(None, f"token limit (default: the task's, {FINETUNE.max_length} for the paper's)", low=8)
+    precision: str = _option('precision', 'number format of training')
+    attention: str = _option('attention', 'attention while fine-tuning')
+    pooling: str = _option('pooling', 'how sequence classification and retrieval pool the tokens')
+    data_source: str = _option('data_source', 'where the paper datasets come from')
+    special_tokens: str = _option('special_tokens', 'special tokens of every input')
+    tc_mode: str = _option('tc_mode', 'token classification labels and score')
+    qa_mode: str = _option('qa_mode', 'question answering head and score')
+    ndcg_mode: str = _option('ndcg_mode', 'the retrieval score')
+    warmup: str = _option('warmup', 'warmup steps')
     results: str | None = param(None, 'results store (JSON lines); <project>/runs/finetune/results.jsonl by default')
     save_retriever: str | None = param(None, 'folder to save trained retrievers as SentenceTransformer models')
     device: str | None = param(None, "'cpu', 'cuda', ...; None picks")
@@ -131,12 +222,38 @@ def _floats(text: str, name: str) -> list[float]:
 
 def check_finetune_config(cfg: FinetuneConfig) -> tuple[list[str], list[float], list[int]]:
     "Everything that can be checked before any model or data is loaded."
+    from mlmclm.results import check_store_path
     tasks = resolve_tasks(cfg.tasks)
-    lrs, seeds = _floats(cfg.lrs, 'lrs'), [int(s) for s in _floats(cfg.seeds, 'seeds')]
+    lrs, seeds = _floats(cfg.lrs, 'lrs'), _floats(cfg.seeds, 'seeds')
+    if not np.isfinite(lrs).all():
+        raise ConfigError(f'lrs={cfg.lrs!r} holds a value that is not a finite number; allowed: learning rates > 0, e.g. 1e-4,1e-3')
+    if not all(np.isfinite(s) and s == int(s) and s >= 0 for s in seeds):
+        raise ConfigError(f'seeds={cfg.seeds!r}: seeds must be whole numbers >= 0, e.g. 0,1,2')
+    if cfg.results is not None: check_store_path(cfg.results)
     if cfg.checkpoint != 'tiny-random': check_checkpoint(cfg.checkpoint)
     if cfg.batch_size % cfg.micro_batch_size:
         raise ConfigError(f'batch_size={cfg.batch_size} must be a multiple of micro_batch_size={cfg.micro_batch_size}')
-    return tasks, lrs, seeds
+    return tasks, lrs, [int(s) for s in seeds]
+
+
+def resolve_precision(precision: str, device) -> str:
+    "'auto': pure bf16 where the device has bf16 (as the authors train), else fp32; any other value as given."
+    if precision != 'auto': return precision
+    return 'pure_bf16' if pick_dtype(device) == torch.bfloat16 else 'fp32'
+
+
+def train_steps(task: str, n_train: int, cfg: FinetuneConfig) -> int:
+    """Optimizer steps: one epoch of full batches for the tasks the authors train one epoch (`max_steps: -1` in their
+    CoNLL and UNER configs), else at most 1,000 and one epoch; `cfg.max_steps` caps both."""
+    epoch = max(1, n_train // cfg.batch_size)
+    steps = epoch if task in FINETUNE.epoch_tasks else min(FINETUNE.max_steps, epoch)
+    return min(steps, cfg.max_steps) if cfg.max_steps else steps
+
+
+def warmup_steps(steps: int, rule: str = 'ceil') -> int:
+    "transformers' `ceil(steps * warmup_ratio)` (the float product, as it computes it), or the earlier rounding."
+    if rule == 'ceil': return math.ceil(steps * FINETUNE.warmup_ratio)
+    return max(1, round(FINETUNE.warmup_ratio * steps))
 
 # %% ../nbs/03b_finetune.ipynb #80e643af
 def _to(batch, device): return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
@@ -155,13 +272,13 @@ def _loss_span(model, batch):
 def _loss_embedding(model, batch):
     q = F.normalize(model(batch['q_input_ids'], batch['q_attention_mask']).float(), dim=-1)   # (B, hidden)
     d = F.normalize(model(batch['d_input_ids'], batch['d_attention_mask']).float(), dim=-1)   # (B, hidden)
-    return F.cross_entropy(20.0 * q @ d.T, torch.arange(len(q), device=q.device))
+    return F.cross_entropy(FINETUNE.retrieval_scale * q @ d.T, torch.arange(len(q), device=q.device))
 
 
-def encode_pairs(examples, tok, max_length: int) -> list[dict]:
+def encode_pairs(examples, tok, max_length: int, special_tokens: str = 'eos') -> list[dict]:
     "Retrieval training pairs: a query and its positive passage, each with its prefix."
-    q = encode_texts([e['query'] for e in examples], tok, max_length, 'Query: ')
-    d = encode_texts([e['positive'] for e in examples], tok, max_length, 'Document: ')
+    q = encode_texts([e['query'] for e in examples], tok, max_length, 'Query: ', special_tokens)
+    d = encode_texts([e['positive'] for e in examples], tok, max_length, 'Document: ', special_tokens)
     return [dict(q=a, d=b) for a, b in zip(q, d)]
 
 
@@ -172,32 +289,80 @@ def pad_pairs(features: list[dict], pad_id: int) -> dict:
                 d_input_ids=d['input_ids'], d_attention_mask=d['attention_mask'])
 
 # %% ../nbs/03b_finetune.ipynb #ab4fb7f4
+@dataclass
+class RunContext:
+    "What the pieces of one fine-tuning run share."
+    tok: object                # the tokenizer
+    max_length: int            # token limit of every input
+    device: torch.device
+    precision: str             # resolved: 'pure_bf16', 'amp_bf16' or 'fp32'
+    cfg: FinetuneConfig        # the protocol options
+
+    def autocast(self):
+        "bf16 autocast for both bf16 modes (the HF Trainer's `bf16: true` also autocasts bf16 weights); none in fp32."
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision != 'fp32')
+
+
 @torch.no_grad()
-def _forward_batches(model, feats, pad_id, device, bs=64, autocast=None):
-    outs = []
+def _forward_batches(model, feats, run: RunContext, bs: int = 64):
+    "Yield (features, padded batch, model output) over `feats`, `bs` at a time."
     for i in range(0, len(feats), bs):
-        batch = _to(pad(feats[i:i + bs], pad_id), device)
-        with autocast():
-            out = model(batch['input_ids'], batch['attention_mask'])
-        outs.append((batch, out))
-    return outs
+        chunk = feats[i:i + bs]
+        batch = _to(pad(chunk, run.tok.pad_token_id), run.device)
+        with run.autocast(): out = model(batch['input_ids'], batch['attention_mask'])
+        yield chunk, batch, out
 
 
-def _eval_sequence(task, model, examples, tok, max_length, device, autocast) -> dict:
-    feats = encode_sequence(examples, tok, max_length)
-    preds = torch.cat([o.argmax(-1).cpu() for _, o in _forward_batches(model, feats, tok.pad_token_id, device, autocast=autocast)])
-    return dict(score=float((preds == torch.tensor([e['label'] for e in examples])).float().mean()))
+def _mean_of(scores_i: list[float], **others) -> dict:
+    return dict(score=float(np.mean(scores_i)) if scores_i else 0.0, scores_i=[float(s) for s in scores_i], **others)
 
 
-def _eval_token(task, model, examples, tok, max_length, device, autocast) -> dict:
-    true, pred = [], []
-    for batch, logits in _forward_batches(model, encode_tokens(examples, tok, max_length), tok.pad_token_id, device,
-                                          autocast=autocast):
-        p, lab = logits.argmax(-1).cpu(), batch['labels'].cpu()
-        for i in range(len(p)):
-            keep = lab[i] != -100
-            true.append([task.labels[t] for t in lab[i][keep].tolist()]); pred.append([task.labels[t] for t in p[i][keep].tolist()])
-    return dict(score=entity_f1(true, pred))
+def _eval_sequence(task, model, examples, run: RunContext) -> dict:
+    feats = encode_sequence(examples, run.tok, run.max_length, run.cfg.special_tokens)
+    preds = torch.cat([o.argmax(-1).cpu() for _, _, o in _forward_batches(model, feats, run)])
+    return _mean_of((preds == torch.tensor([e['label'] for e in examples])).float().tolist())
+
+
+def _word_predictions(feature, pred, majority: bool) -> dict:
+    "Word -> predicted tag: the majority of its sub-tokens (EncodEval), or its first sub-token (earlier mlmclm)."
+    votes = {}
+    for k, w in enumerate(feature['word_ids']):
+        if w >= 0: votes.setdefault(w, []).append(int(pred[k]))
+    return {w: majority_tag(v) if majority else v[0] for w, v in votes.items()}
+
+
+def _eval_token(task, model, examples, run: RunContext) -> dict:
+    encodeval = run.cfg.tc_mode == 'encodeval'
+    feats = encode_tokens(examples, run.tok, run.max_length, run.cfg.special_tokens, label_all=encodeval)
+    true, pred = [], []   # tag ids of the words that kept at least one token
+    for n, (f, p) in enumerate((f, p) for chunk, _, logits in _forward_batches(model, feats, run)
+                               for f, p in zip(chunk, logits.argmax(-1).cpu())):
+        words = _word_predictions(f, p, majority=encodeval)
+        true.append([examples[n]['tags'][w] for w in sorted(words)]); pred.append([words[w] for w in sorted(words)])
+    sentence = [sentence_macro_f1(t, p) for t, p in zip(true, pred)]
+    entity = entity_f1([[task.labels[i] for i in s] for s in true], [[task.labels[i] for i in s] for s in pred])
+    out = _mean_of(sentence, sentence_f1=float(np.mean(sentence)) if sentence else 0.0, entity_f1=entity)
+    return out if encodeval else dict(out, score=entity)   # seqeval mode: a corpus F1, not the mean of scores_i
+
+
+def _predicted_text(positions: list[int], offsets: list, context: str) -> str:
+    "The context text from the first to the last predicted answer token ('' when none is in the context)."
+    spans = [offsets[k] for k in positions if offsets[k] is not None and offsets[k][1] > offsets[k][0]]
+    return context[min(b for b, _ in spans):max(e for _, e in spans)] if spans else ''
+
+
+def _eval_answer_tokens(task, model, examples, run: RunContext) -> dict:
+    "EncodEval's QA score (position-set F1), with SQuAD F1 and exact match of the predicted span as second metrics."
+    feats = encode_answer_tokens(examples, run.tok, run.max_length, run.cfg.special_tokens)
+    f1s, texts = [], []
+    for chunk, _, logits in _forward_batches(model, feats, run):
+        for f, p in zip(chunk, logits.argmax(-1).cpu()):
+            positions = [k for k in range(len(f['input_ids'])) if p[k] == 1]
+            f1s.append(position_set_f1(positions, [k for k, l in enumerate(f['labels']) if l == 1]))
+            texts.append(_predicted_text(positions, f['offsets'], examples[f['example']]['context']))
+    golds = [e['answers']['text'] for e in examples]
+    return _mean_of(f1s, token_f1=float(np.mean(f1s)), squad_f1=float(np.mean([squad_f1(t, g) for t, g in zip(texts, golds)])),
+                    exact_match=float(np.mean([squad_em(t, g) for t, g in zip(texts, golds)])))
 
 
 def _best_span(f, start, end, context: str, allow_null: bool) -> tuple[float, str] | None:
@@ -213,60 +378,72 @@ def _best_span(f, start, end, context: str, allow_null: bool) -> tuple[float, st
     return (score, context[f['offsets'][a][0]:f['offsets'][b][1]])
 
 
-def _eval_span(task, model, examples, tok, max_length, device, autocast) -> dict:
-    feats = encode_spans(examples, tok, max_length)
+def _eval_span(task, model, examples, run: RunContext) -> dict:
+    "`qa_mode='squad'`: the best span over every window of an example; SQuAD F1 and exact match over all gold answers."
+    feats = encode_spans(examples, run.tok, run.max_length, run.cfg.special_tokens)
     allow_null = any(not e['answers']['text'] for e in examples)
     best = {}   # example -> (score, text): the best over its windows
-    for i0 in range(0, len(feats), 64):
-        chunk = feats[i0:i0 + 64]
-        batch = _to(pad(chunk, tok.pad_token_id), device)
-        with autocast(): start, end = model(batch['input_ids'], batch['attention_mask'])
+    for chunk, _, (start, end) in _forward_batches(model, feats, run):
         start, end = start.float().cpu(), end.float().cpu()
         for j, f in enumerate(chunk):
             cand = _best_span(f, start[j], end[j], examples[f['example']]['context'], allow_null)
             if cand and (f['example'] not in best or cand[0] > best[f['example']][0]): best[f['example']] = cand
     preds = [best.get(i, (0, ''))[1] for i in range(len(examples))]
     golds = [e['answers']['text'] for e in examples]
-    return dict(score=float(np.mean([squad_f1(p, g) for p, g in zip(preds, golds)])),
-                exact_match=float(np.mean([squad_em(p, g) for p, g in zip(preds, golds)])))
+    f1s = [squad_f1(p, g) for p, g in zip(preds, golds)]
+    return _mean_of(f1s, squad_f1=float(np.mean(f1s)), exact_match=float(np.mean([squad_em(p, g) for p, g in zip(preds, golds)])))
 
 
-def _eval_embedding(task, model, examples, tok, max_length, device, autocast) -> dict:
-    "Embed the queries and the (qrels-restricted) corpus, rank by cosine, NDCG@10."
+def _eval_embedding(task, model, examples, run: RunContext) -> dict:
+    "Embed the queries and the corpus, rank by cosine, NDCG@10 per query in both forms (the score: `ndcg_mode`'s)."
     qids, dids = list(examples['queries']), list(examples['corpus'])
     def embed(texts, prefix):
-        feats = encode_texts(texts, tok, max_length, prefix)
-        outs = _forward_batches(model, feats, tok.pad_token_id, device, autocast=autocast)
-        return F.normalize(torch.cat([o.float().cpu() for _, o in outs]), dim=-1)
+        feats = encode_texts(texts, run.tok, run.max_length, prefix, run.cfg.special_tokens)
+        return F.normalize(torch.cat([o.float().cpu() for _, _, o in _forward_batches(model, feats, run)]), dim=-1)
     q = embed([examples['queries'][i] for i in qids], 'Query: '); d = embed([examples['corpus'][i] for i in dids], 'Document: ')
-    top = (q @ d.T).topk(min(10, len(dids)), dim=-1)
-    scores = {qid: {dids[j]: float(v) for v, j in zip(top.values[i], top.indices[i])} for i, qid in enumerate(qids)}
-    return dict(score=ndcg_at_10(scores, examples['qrels']))
+    top = (q @ d.T).topk(min(FINETUNE.ndcg_k, len(dids)), dim=-1)
+    standard, encodeval = [], []
+    for i, qid in enumerate(qids):
+        ranked, sims = [dids[j] for j in top.indices[i]], top.values[i].tolist()
+        standard.append(ndcg_standard(ranked, examples['qrels'][qid])); encodeval.append(ndcg_encodeval(ranked, sims, examples['qrels'][qid]))
+    return _mean_of(encodeval if run.cfg.ndcg_mode == 'encodeval' else standard,
+                    ndcg_encodeval=float(np.mean(encodeval)), ndcg_at_10=float(np.mean(standard)))
 
 # %% ../nbs/03b_finetune.ipynb #13087d46
 @dataclass(frozen=True)
 class HeadKind:
     "How one head kind trains and is scored."
-    features: Callable   # (examples, tok, max_length) -> training features
+    head: str            # the TaskModel head it trains
+    features: Callable   # (examples, run) -> training features
     collate: Callable    # (features, pad_id) -> a batch of tensors
     loss: Callable       # (model, batch) -> scalar loss
-    evaluate: Callable   # (task, model, examples, tok, max_length, device, autocast) -> {'score': ...}
+    evaluate: Callable   # (task, model, examples, run) -> {'score', 'scores_i', second metrics...}
 
 
-KINDS = {'sequence': HeadKind(encode_sequence, pad, _loss_sequence, _eval_sequence),
-         'token': HeadKind(encode_tokens, pad, _loss_token, _eval_token),
-         'span': HeadKind(encode_spans, pad, _loss_span, _eval_span),
-         'embedding': HeadKind(encode_pairs, pad_pairs, _loss_embedding, _eval_embedding)}
+KINDS = {
+    'sequence': HeadKind('sequence', lambda ex, run: encode_sequence(ex, run.tok, run.max_length, run.cfg.special_tokens),
+                         pad, _loss_sequence, _eval_sequence),
+    'token': HeadKind('token', lambda ex, run: encode_tokens(ex, run.tok, run.max_length, run.cfg.special_tokens,
+                                                             label_all=run.cfg.tc_mode == 'encodeval'),
+                      pad, _loss_token, _eval_token),
+    'answer_tokens': HeadKind('token', lambda ex, run: encode_answer_tokens(ex, run.tok, run.max_length, run.cfg.special_tokens),
+                              pad, _loss_token, _eval_answer_tokens),
+    'span': HeadKind('span', lambda ex, run: encode_spans(ex, run.tok, run.max_length, run.cfg.special_tokens),
+                     pad, _loss_span, _eval_span),
+    'embedding': HeadKind('embedding', lambda ex, run: encode_pairs(ex, run.tok, run.max_length, run.cfg.special_tokens),
+                          pad_pairs, _loss_embedding, _eval_embedding)}
+
+
+def head_kind(task: Task, cfg: FinetuneConfig) -> str:
+    "The `KINDS` row a task trains with: QA's depends on `qa_mode`."
+    return 'answer_tokens' if task.kind == 'span' and cfg.qa_mode == 'encodeval' else task.kind
 
 
 @torch.no_grad()
-def evaluate(task: Task, model, examples, tok, max_length: int, device, autocast,
-             all_metrics: bool = False,   # return a dict: {'score': ...} plus 'exact_match' for QA
-            ) -> float | dict:
-    "The task's metric on `examples` (fraction)."
+def evaluate(task: Task, model, examples, run: RunContext) -> dict:
+    "The task's score on `examples` (fraction), its per-example scores and its second metrics."
     model.eval()
-    out = KINDS[task.kind].evaluate(task, model, examples, tok, max_length, device, autocast)
-    return out if all_metrics else out['score']
+    return KINDS[head_kind(task, run.cfg)].evaluate(task, model, examples, run)
 
 # %% ../nbs/03b_finetune.ipynb #eef4dc57
 def _load_base(cfg: FinetuneConfig):
@@ -293,33 +470,53 @@ def cap_eval(examples, n: int | None):
                 corpus={d: t for d, t in examples['corpus'].items() if d in docs})
 
 
-def _autocast(device):
-    "bf16 autocast where the device supports it, else a no-op context."
-    bf16 = pick_dtype(device) == torch.bfloat16
-    return lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
+def task_model(base, kind: HeadKind, task: Task, cfg: FinetuneConfig) -> TaskModel:
+    "A fresh head on a copy of `base`, with the run's attention and pooling."
+    num_labels = 2 if kind.head != task.kind else max(2, len(task.labels))   # EncodEval's QA: in or out of the answer
+    extra = {}
+    if 'pooling' in inspect.signature(TaskModel).parameters: extra['pooling'] = cfg.pooling
+    elif cfg.pooling != 'mean':   # until TaskModel takes `pooling` (issue 20); its only pooling is the mean
+        raise ConfigError(f'pooling={cfg.pooling!r} needs a TaskModel with a pooling argument; this one pools the mean')
+    return TaskModel(copy.deepcopy(base), kind.head, num_labels, is_causal=cfg.attention == 'causal', **extra)
 
 
-def _train_step(model, kind: HeadKind, micro_batches: list[list], pad_id: int, device, autocast, opt, sched) -> None:
+def _train_step(model, kind: HeadKind, micro_batches: list[list], run: RunContext, opt, sched) -> None:
     "One optimizer step over the micro-batches of one batch (gradients accumulated, then clipped)."
     model.train()
     for micro in micro_batches:
-        with autocast(): loss = kind.loss(model, _to(kind.collate(micro, pad_id), device))
+        with run.autocast(): loss = kind.loss(model, _to(kind.collate(micro, run.tok.pad_token_id), run.device))
         (loss / len(micro_batches)).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), ADAMW.grad_clip)
     opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
 
 
-def _scores(eval_tasks, model, data, split, cfg, tok, max_length, device, autocast) -> list[dict]:
-    return [evaluate(t, model, cap_eval(data[t.name][split], cfg.max_eval_examples), tok, max_length, device, autocast,
-                     all_metrics=True) for t in eval_tasks]
+def _scores(eval_tasks, model, data, split, run: RunContext) -> list[dict]:
+    return [evaluate(t, model, cap_eval(data[t.name][split], run.cfg.max_eval_examples), run) for t in eval_tasks]
 
 
-def _result_rows(eval_tasks, val, test, best_step: int, steps: int) -> list[dict]:
+def _train(model, kind, feats, steps, opt, sched, seed, run: RunContext, eval_tasks, data) -> int | None:
+    "Train `steps` steps in a seeded order; with `select_step='best'`, restore the best validation weights and return their step."
+    cfg, best = run.cfg, (-1.0, None, None)   # validation score, step, weights
+    order = np.random.default_rng(seed).permutation(len(feats))
+    for step in range(1, steps + 1):
+        idx = order[(step - 1) * cfg.batch_size: step * cfg.batch_size]
+        micro = [[feats[i] for i in idx[m:m + cfg.micro_batch_size]] for m in range(0, cfg.batch_size, cfg.micro_batch_size)]
+        _train_step(model, kind, micro, run, opt, sched)
+        if cfg.select_step == 'best' and (step % cfg.eval_every == 0 or step == steps):
+            score = float(np.mean([s['score'] for s in _scores(eval_tasks, model, data, 'validation', run)]))
+            if score > best[0]: best = (score, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
+    if best[2] is not None: model.load_state_dict(best[2])
+    return best[1]
+
+
+def _result_rows(eval_tasks, val, test, run: RunContext, **facts) -> list[dict]:
+    "One row per evaluated task: scores, per-example scores, second metrics, the protocol options and `facts`."
+    options = {k: getattr(run.cfg, k) for k in FINETUNE_OPTIONS} | dict(precision=run.precision, max_length=run.max_length)
     rows = []
     for t, v, s in zip(eval_tasks, val, test):
-        row = dict(dataset=t.name, family=t.family, val_score=v['score'], test_score=s['score'], best_step=best_step, steps=steps)
+        row = dict(dataset=t.name, family=t.family, val_score=v['score'], test_score=s['score'], **facts, **options)
         row.update({f'val_{k}': x for k, x in v.items() if k != 'score'}, **{f'test_{k}': x for k, x in s.items() if k != 'score'})
-        rows.append(row)   # QA adds val_/test_exact_match
+        rows.append(row)
     return rows
 
 
@@ -328,53 +525,52 @@ def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: 
     "Train on `task`'s training data, validate, test on each of `eval_tasks`; one result dict per evaluated task."
     from transformers import get_linear_schedule_with_warmup
     device, t0 = pick_device(cfg.device), time.perf_counter()
-    autocast = _autocast(device)
+    run = RunContext(tok, cfg.max_length or task.max_length, device, resolve_precision(cfg.precision, device), cfg)
     seed_everything(seed)
-    max_length, kind = cfg.max_length or task.max_length, KINDS[task.kind]
-    model = TaskModel(copy.deepcopy(base), task.kind, max(2, len(task.labels)), is_causal=cfg.attention == 'causal').to(device)
-    feats = kind.features(data[task.name]['train'], tok, max_length)
+    kind = KINDS[head_kind(task, cfg)]
+    model = task_model(base, kind, task, cfg).to(device)
+    if run.precision == 'pure_bf16': model.to(torch.bfloat16)   # before AdamW: its states follow the parameters' dtype
+    feats = kind.features(data[task.name]['train'], run)
     if not feats: raise ConfigError(f'task {task.name!r} has no training examples')
-    steps = max(1, min(cfg.max_steps, len(feats) // cfg.batch_size))   # at most one epoch
+    steps = train_steps(task.name, len(feats), cfg)
+    warmup = warmup_steps(steps, cfg.warmup)
     opt = adamw(model, lr, fused=device.type == 'cuda')
-    sched = get_linear_schedule_with_warmup(opt, num_warmup_steps=max(1, round(0.1 * steps)), num_training_steps=steps)
-    order = np.random.default_rng(seed).permutation(len(feats))
-    best = (-1.0, 0, None)   # validation score, step, weights
-    for step in range(1, steps + 1):
-        idx = order[(step - 1) * cfg.batch_size: step * cfg.batch_size]
-        micro = [[feats[i] for i in idx[m:m + cfg.micro_batch_size]] for m in range(0, cfg.batch_size, cfg.micro_batch_size)]
-        _train_step(model, kind, micro, tok.pad_token_id, device, autocast, opt, sched)
-        if step % cfg.eval_every == 0 or step == steps:
-            score = float(np.mean([s['score'] for s in _scores(eval_tasks, model, data, 'validation', cfg, tok, max_length, device, autocast)]))
-            if score > best[0]: best = (score, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
-    model.load_state_dict(best[2])
-    val, test = (_scores(eval_tasks, model, data, s, cfg, tok, max_length, device, autocast) for s in ('validation', 'test'))
-    rows = _result_rows(eval_tasks, val, test, best[1], steps)
+    sched = get_linear_schedule_with_warmup(opt, num_warmup_steps=warmup, num_training_steps=steps)
+    best_step = _train(model, kind, feats, steps, opt, sched, seed, run, eval_tasks, data)
+    val, test = (_scores(eval_tasks, model, data, s, run) for s in ('validation', 'test'))
+    facts = dict(steps=steps, warmup_steps=warmup, **({'best_step': best_step} if cfg.select_step == 'best' else {}))
+    rows = _result_rows(eval_tasks, val, test, run, **facts)
     for r in rows: r['wall_time_s'] = round(time.perf_counter() - t0, 2)
     if cfg.save_retriever and task.kind == 'embedding':
-        save_sentence_transformer(model, tok, Path(cfg.save_retriever)/f'{task.name}-lr{lr:g}-sd{seed}', max_length)
+        save_sentence_transformer(model, tok, Path(cfg.save_retriever)/f'{task.name}-lr{lr:g}-sd{seed}', run.max_length,
+                                  cfg.special_tokens)
     return rows
 
 # %% ../nbs/03b_finetune.ipynb #772a5541
-def st_tokenizer(tok):
-    "A copy of `tok` that adds BOS and EOS around every text (what `encode_texts` does by hand)."
+ST_POOLING = {'mean': 'pooling_mode_mean_tokens', 'last': 'pooling_mode_lasttoken', 'first': 'pooling_mode_cls_token'}
+
+def st_tokenizer(tok, special_tokens: str = 'eos'):
+    "A copy of `tok` that adds the special tokens of `special_tokens` around every text (what `wrap` does by hand)."
     from tokenizers.processors import TemplateProcessing
     tok = copy.deepcopy(tok)
     bos, eos = tok.bos_token, tok.eos_token
+    lead = f'{bos} ' if _bos(tok, special_tokens) else ''
     tok._tokenizer.post_processor = TemplateProcessing(
-        single=f'{bos} $A {eos}', pair=f'{bos} $A {eos} $B:1 {eos}:1',
+        single=f'{lead}$A {eos}', pair=f'{lead}$A {eos} $B:1 {eos}:1',
         special_tokens=[(bos, tok.bos_token_id), (eos, tok.eos_token_id)])
     return tok
 
 
 def save_sentence_transformer(model: TaskModel, tok, folder: str | Path,
-                              max_length: int = 2027,   # `max_seq_length` of the saved model (tokens, BOS/EOS included)
+                              max_length: int = FINETUNE.max_length,   # `max_seq_length` of the saved model (tokens)
+                              special_tokens: str = 'eos',             # the inputs' special tokens (`wrap`)
                              ) -> Path:
-    "Save an embedding `TaskModel` as a SentenceTransformer folder (Llama layout, bidirectional, mean pooling)."
+    "Save an embedding `TaskModel` as a SentenceTransformer folder (Llama layout, bidirectional, the model's pooling)."
     from mlmclm.model import Transformer
     folder = Path(folder)
     base = Transformer(dataclasses.replace(model.config, is_causal=False))
     base.model.load_state_dict(model.model.state_dict())
-    save(base, folder, tokenizer=st_tokenizer(tok), is_causal=False)
+    save(base, folder, tokenizer=st_tokenizer(tok, special_tokens), is_causal=False)
     from safetensors.torch import load_file, save_file
     body = {k: v for k, v in load_file(str(folder/'model.safetensors')).items() if not k.startswith('lm_head.')}
     with atomic_path(folder/'model.safetensors') as tmp:   # an encoder needs no LM head
@@ -383,8 +579,9 @@ def save_sentence_transformer(model: TaskModel, tok, folder: str | Path,
         dict(idx=0, name='0', path='', type='sentence_transformers.models.Transformer'),
         dict(idx=1, name='1', path='1_Pooling', type='sentence_transformers.models.Pooling')])
     atomic_write_json(folder/'sentence_bert_config.json', dict(max_seq_length=max_length, do_lower_case=False))
+    pooling = getattr(model, 'pooling', 'mean')
     atomic_write_json(folder/'1_Pooling'/'config.json', dict(word_embedding_dimension=model.config.hidden_size,
-                                                              pooling_mode_mean_tokens=True, pooling_mode_cls_token=False,
+                                                              **{m: m == ST_POOLING[pooling] for m in ST_POOLING.values()},
                                                               pooling_mode_max_tokens=False, include_prompt=True))
     return folder
 
@@ -397,10 +594,12 @@ def _checkpoint_meta(cfg: FinetuneConfig) -> dict:
 
 
 def _default_name(cfg: FinetuneConfig) -> str:
+    "The checkpoint's name in the results: the one given, else its pretraining run and step (each checkpoint its own)."
     if cfg.checkpoint_name: return cfg.checkpoint_name
     folder = Path(cfg.checkpoint)
     meta = read_json(folder/'mlmclm.json') if (folder/'mlmclm.json').is_file() else {}
-    return meta.get('run_id') or folder.name
+    if not meta.get('run_id'): return folder.name
+    return f"{meta['run_id']}-step-{meta['step']}" if meta.get('step') is not None else f"{meta['run_id']}-{folder.name}"
 
 
 def _trainings(tasks: list[str]) -> dict:
@@ -410,26 +609,41 @@ def _trainings(tasks: list[str]) -> dict:
     return trainings
 
 
-def finetune_sweep(cfg: FinetuneConfig) -> Path:
+def finetune_sweep(cfg: FinetuneConfig,
+                   force: str | None = None,  # re-run finished runs too; the reason is stored and the new rows supersede
+                   lease_s: float = 1800.0,   # a run claimed by a worker that is gone (or silent this long) is taken over
+                  ) -> Path:
     "Fine-tune `cfg.checkpoint` on every task × LR × seed not yet in the results store; returns the store's path."
     from mlmclm import __version__   # also right in a source checkout that is not pip-installed
+    from mlmclm.results import (StoreWriter, check_checkpoint_name, checkpoint_identity, claim_work, code_version,
+                                current_rows, finetune_work, needs_run, protocol_suffix, read_rows,
+                                run_key)
     from tqdm.auto import tqdm
     tasks, lrs, seeds = check_finetune_config(cfg)
     results = Path(cfg.results or project_root()/'runs'/'finetune'/'results.jsonl')
-    name = _default_name(cfg)
-    done = {(r['checkpoint_name'], r['dataset'], round(r['lr'], 12), r['seed']) for r in read_jsonl(results)}
+    name, ident = _default_name(cfg), checkpoint_identity(cfg.checkpoint)
+    current = current_rows(read_rows(results))
+    if not force: check_checkpoint_name(current, name, ident, results)
+    cell = dict(attention=cfg.attention, pooling=cfg.pooling)   # the protocol cell is part of a run's identity
+    keys = lambda evals, lr, seed: [run_key(dict(cell, checkpoint_name=name, dataset=e.name, lr=lr, seed=seed)) for e in evals]
     todo = [(tr, evals, lr, seed) for tr, evals in _trainings(tasks).items() for lr in lrs for seed in seeds
-            if any((name, e.name, round(lr, 12), seed) not in done for e in evals)]
+            if needs_run(current, keys(evals, lr, seed), force)]
     if not todo: return results
     base, tok = _load_base(cfg)
+    bad = [n for n, p in base.named_parameters() if not torch.isfinite(p).all()]
+    if bad: raise ConfigError(f'checkpoint={cfg.checkpoint!r} has weights that are not finite ({len(bad)} tensors, e.g. {bad[0]})')
     data = {}
-    meta = dict(checkpoint=cfg.checkpoint, checkpoint_name=name, config_hash=config_hash(cfg),
-                mlmclm_version=__version__, source='ours', **_checkpoint_meta(cfg))
+    meta = dict(checkpoint=cfg.checkpoint, checkpoint_name=name, checkpoint_id=ident, config_hash=config_hash(cfg),
+                code=code_version(), mlmclm_version=__version__, source='ours', **_checkpoint_meta(cfg))
     def with_labels(t):   # tag names the dataset itself carries replace the registry's
         return dataclasses.replace(t, labels=data[t.name]['labels']) if 'labels' in data[t.name] else t
-    for tr, evals, lr, seed in tqdm(todo, desc=f'fine-tune {name}', unit='run', disable=not cfg.progress):
-        for t in [TASKS[tr]] + evals:
-            if t.name not in data: data[t.name] = t.load()
-        for r in finetune_run(with_labels(TASKS[tr]), [with_labels(e) for e in evals], data, base, tok, lr, seed, cfg):
-            append_jsonl(results, dict(meta, lr=lr, seed=seed, **r))
+    with StoreWriter(results, note=f'finetune {name}') as store:
+        for tr, evals, lr, seed in tqdm(todo, desc=f'fine-tune {name}', unit='run', disable=not cfg.progress):
+            with claim_work(results, finetune_work(name, tr, lr, seed) + protocol_suffix(cell), lease_s) as mine:
+                # another worker holds it, or finished it since we looked: skip
+                if not mine or not needs_run(current_rows(read_rows(results, warn=False)), keys(evals, lr, seed), force): continue
+                for t in [TASKS[tr]] + evals:
+                    if t.name not in data: data[t.name] = load_task(t, cfg.data_source)
+                rows = finetune_run(with_labels(TASKS[tr]), [with_labels(e) for e in evals], data, base, tok, lr, seed, cfg)
+                store.append([dict(meta, lr=lr, seed=seed, **r) for r in rows], supersedes=force)
     return results

@@ -26,8 +26,8 @@ __all__ = ['MODEL_SIZES', 'HEAD_KINDS', 'POOLINGS', 'SUPPORTED_MODEL_TYPES', 'Mo
            'Rotary', 'rotate_half', 'apply_rope', 'allowed_attention', 'varlen_layout', 'reference_varlen',
            'varlen_kernel', 'default_backend', 'Attention', 'Block', 'document_positions', 'Body', 'Output',
            'Transformer', 'build_model', 'mean_pool', 'pool', 'pool_padded', 'real_tokens', 'TaskModel',
-           'to_llama_config_dict', 'save', 'config_from_hf', 'check_checkpoint', 'load', 'parity_error',
-           'LlamaForMaskedLM', 'register_with_transformers']
+           'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder', 'check_checkpoint', 'load',
+           'parity_error', 'LlamaForMaskedLM', 'register_with_transformers']
 
 # %% ../nbs/01_model.ipynb #fbeb67a8
 @dataclass
@@ -481,12 +481,14 @@ def save(model: Transformer,
          tokenizer=None,                      # saved beside the weights when given (needed for pipelines)
          is_causal: bool | None = None,       # attention mode to record; the model config's by default
          metadata: dict | None = None,        # extra JSON written to mlmclm.json (training state, provenance)
+         weights: dict | None = None,         # the weights to write (e.g. gathered from FSDP shards); `model`'s own when None
         ) -> Path:
     "Save `model` as a Hugging Face Llama checkpoint."
     from safetensors.torch import save_file
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     cfg = model.config if is_causal is None else dataclasses.replace(model.config, is_causal=is_causal)
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    weights = model.state_dict() if weights is None else weights
+    state = {k: v.detach().contiguous().cpu() for k, v in weights.items()}
     if cfg.tie_word_embeddings: state.pop('lm_head.weight', None)   # tied: stored once, as HF does
     with atomic_path(path/'model.safetensors') as tmp: save_file(state, str(tmp), metadata={'format': 'pt'})
     atomic_write_json(path/'config.json', to_llama_config_dict(cfg))
@@ -526,11 +528,40 @@ def config_from_hf(hf: dict, attn_backend: str = 'sdpa') -> ModelConfig:
         pad_token_id=tok('pad_token_id'), mask_token_id=tok('mask_token_id')))
 
 # %% ../nbs/01_model.ipynb #ebadb582
+def is_state_folder(folder: str | Path) -> bool:
+    "True for a pretraining run's training-state folder (sharded weights, optimizer, schedule): a thing to resume, not a model."
+    p = Path(folder)
+    return ((p/'trainer.pt').is_file() or (p/'state.pt').is_file()) and not (p/'tokenizer_config.json').is_file()
+
+
+def _not_a_model(key: str, text: str) -> ConfigError:
+    return ConfigError(f'{key}={text!r} is a training-state folder (weights and optimizer state to resume from with '
+                       f'resume_from), not a model: point {key} at a checkpoint folder such as <run>/checkpoints/step-<N>')
+
+
+def _check_safetensors(file: Path) -> None:
+    "Raise `ConfigError` naming `file` unless its header reads (an empty or truncated file's does not)."
+    from safetensors import SafetensorError, safe_open
+    try:
+        with safe_open(str(file), 'pt') as f: f.keys()
+    except (SafetensorError, OSError) as e:
+        raise ConfigError(f'{file} is not a readable safetensors file ({e}): it is empty, truncated or corrupt; '
+                          f'copy or save it again') from None
+
+
 def check_checkpoint(path_or_name: str | Path, key: str = 'checkpoint') -> None:
-    "Raise `ConfigError` (naming `key` and the value) unless `path_or_name` is a local folder or a reachable hub id."
+    "Raise `ConfigError` (naming `key` and the value) unless `path_or_name` is a readable checkpoint folder or a reachable hub id."
     import os, re
-    if Path(path_or_name).exists(): return
-    text = str(path_or_name)
+    text, p = str(path_or_name), Path(path_or_name)
+    if p.exists():
+        if not p.is_dir(): raise ConfigError(f'{key}={text!r} is a file; expected a checkpoint folder (config.json and *.safetensors)')
+        if is_state_folder(p): raise _not_a_model(key, text)
+        if not (p/'config.json').is_file():
+            raise ConfigError(f'{key}={text!r} has no config.json (expected a checkpoint folder: config.json and *.safetensors)')
+        files = sorted(p.glob('*.safetensors'))
+        if not files: raise ConfigError(f'{key}={text!r} has no *.safetensors weights (pickled .bin checkpoints are refused on purpose)')
+        for f in files: _check_safetensors(f)
+        return
     if not re.fullmatch(r'[\w.-]+/[\w.-]+', text) or text.startswith('.'):
         raise ConfigError(f'{key}={text!r} does not exist (expected a checkpoint folder or a hub id like '
                           f'"MLMvsCLM/610m-clm-42k")')
@@ -555,7 +586,9 @@ def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
     if not files:
         raise FileNotFoundError(f'no *.safetensors in {folder} (pickled .bin checkpoints are refused on purpose)')
     state = {}
-    for f in files: state.update(load_file(str(f)))
+    for f in files:
+        _check_safetensors(f)
+        state.update(load_file(str(f)))
     return state
 
 
@@ -566,6 +599,7 @@ def load(path_or_name: str | Path,       # our checkpoint, a HF Llama-family dec
         ) -> Transformer:
     "Load a checkpoint (local folder or hub id) as our `Transformer`."
     folder = _resolve(path_or_name)
+    if is_state_folder(folder): raise _not_a_model('checkpoint', str(path_or_name))
     if not (folder/'config.json').is_file(): raise FileNotFoundError(f'{folder} has no config.json')
     cfg = config_from_hf(json.loads((folder/'config.json').read_text()), attn_backend=attn_backend)
     state = _read_safetensors(folder)

@@ -5,7 +5,9 @@
 # %% ../nbs/03c_paper_runs.ipynb #b465bad6
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import re
 import sys
 import time
@@ -14,13 +16,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import assets_dir, atomic_path, atomic_write_text, read_jsonl, to_json
-from .vocab import FAMILIES, describe_checkpoint, parse_run_name
-from .results import family_scores, load_results, run_key
+from .core import ConfigError, assets_dir, atomic_path, atomic_write_text, read_jsonl, to_json
+from .vocab import FAMILIES, PAPER_DATASETS, describe_checkpoint, parse_run_name
+from .results import (DEFAULT_SELECTION, SELECTIONS, StoreWriter, check_store_path, code_version, current_rows,
+                            family_scores, load_results, read_rows, run_key)
 
 # %% auto #0
-__all__ = ['RUN_DIR', 'NOT_IN_PAPER', 'reported_scores', 'parse_result_path', 'read_result_file', 'import_tree',
-           'write_fixture_tree', 'compare_with_paper', 'main']
+__all__ = ['RUN_DIR', 'NOT_IN_PAPER', 'KNOWN_DATASETS', 'reported_scores', 'parse_result_path', 'read_result_file', 'import_tree',
+           'write_fixture_tree', 'paper_rows', 'compare_with_paper', 'main']
 
 # %% ../nbs/03c_paper_runs.ipynb #752dd013
 def _reported_name(row) -> str:
@@ -47,6 +50,7 @@ def reported_scores(path: str | Path | None = None) -> pd.DataFrame:
 # %% ../nbs/03c_paper_runs.ipynb #2155c0df
 RUN_DIR = re.compile(r'(?:(?P<train>[a-z0-9_]+?)_)?lr(?P<lr>[0-9.e+-]+)_sd(?P<seed>\d+)')
 NOT_IN_PAPER = {'qed'}
+KNOWN_DATASETS = {f: (*PAPER_DATASETS[f], *(('qed',) if f == 'QA' else ())) for f in FAMILIES}   # what the tree holds
 
 
 def parse_result_path(path: Path, root: Path) -> dict:
@@ -56,6 +60,8 @@ def parse_result_path(path: Path, root: Path) -> dict:
         raise ValueError(f'unexpected layout (want <model>/<family>/<dataset>/<run>/results.json)')
     model, family, dataset, run, _ = parts
     if family not in FAMILIES: raise ValueError(f'unknown family {family!r}; expected one of {list(FAMILIES)}')
+    if dataset not in KNOWN_DATASETS[family]:
+        raise ValueError(f'unknown dataset {dataset!r} for family {family}; expected one of {list(KNOWN_DATASETS[family])}')
     m = RUN_DIR.fullmatch(run)
     if not m: raise ValueError(f'cannot read run folder {run!r} (want lr<lr>_sd<seed>)')
     parse_run_name(model)   # unknown names raise here, with the name in the message
@@ -63,53 +69,64 @@ def parse_result_path(path: Path, root: Path) -> dict:
                 trained_on=m['train'])
 
 
-def read_result_file(path: Path) -> tuple[float, float, np.ndarray]:
-    "(validation score, test score, per-example test scores) of one results.json."
-    try: data = json.loads(Path(path).read_text())
+def _score(part, split: str) -> float:
+    "The `score` of one split: a number in [0, 1], or ValueError saying what it is instead."
+    v = part.get('score') if isinstance(part, dict) else None
+    if isinstance(v, bool): raise ValueError(f'{split} score is {json.dumps(v)}, a boolean; expected a number in [0, 1]')
+    if isinstance(v, str): raise ValueError(f'{split} score is the string {v!r}; expected a number in [0, 1]')
+    if not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 <= v <= 1:
+        raise ValueError(f'{split} score is {v!r}; expected a number in [0, 1]')
+    return float(v)
+
+
+def _per_example(part, split: str) -> list[float]:
+    v = part.get('scores_i', []) if isinstance(part, dict) else []
+    if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v):
+        raise ValueError(f'{split} scores_i is not a list of finite numbers')
+    return v
+
+
+def read_result_file(path: Path) -> dict:
+    "Validation and test score, their per-example scores and the file's hash, from one results.json."
+    raw = Path(path).read_bytes()
+    try: data = json.loads(raw.decode('utf-8'))
+    except UnicodeDecodeError as e: raise ValueError(f'results.json is not UTF-8 ({e.reason} at byte {e.start})')
     except json.JSONDecodeError as e: raise ValueError(f'malformed results.json (invalid JSON: {e})')
-    try:
-        val, test = float(data['validation']['score']), float(data['test']['score'])
-        per_example = np.asarray(data['test'].get('scores_i', []), dtype=np.float32)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f'malformed results.json ({type(e).__name__}: {e})')
-    if not (0 <= val <= 1 and 0 <= test <= 1): raise ValueError(f'scores out of [0, 1]: validation {val}, test {test}')
-    return val, test, per_example
+    if not isinstance(data, dict) or not {'validation', 'test'} <= set(data):
+        raise ValueError('malformed results.json (want {"validation": {"score": ...}, "test": {"score": ...}})')
+    return dict(val_score=_score(data['validation'], 'validation'), test_score=_score(data['test'], 'test'),
+                val_scores_i=_per_example(data['validation'], 'validation'), test_scores_i=_per_example(data['test'], 'test'),
+                source_sha256=hashlib.sha256(raw).hexdigest()[:16])
 
 # %% ../nbs/03c_paper_runs.ipynb #6c4d7de6
 def import_tree(root: str | Path,           # the `results/` folder of a clone of hgissbkh/EncodEval (or its parent)
                 store: str | Path,          # our results store (.jsonl) to add the rows to
-                progress: bool = True) -> dict:
-    "Import every results.json below `root`; returns counts, skipped files with reasons, and files per second."
+                progress: bool = True,
+                batch: int = 500,           # rows per write (and fsync)
+               ) -> dict:
+    "Import every results.json below `root` not yet in `store`; returns counts, skipped files with reasons, files per second."
     from tqdm.auto import tqdm
+    check_store_path(store)
     root = Path(root)
     if (root/'results').is_dir(): root = root/'results'
     if not root.is_dir(): raise FileNotFoundError(f'{root} is not a folder (expected the results/ folder of EncodEval)')
-    store = Path(store)
-    existing = read_jsonl(store)
-    seen = {run_key(r) for r in existing}
-    sidecar = Path(f'{store}.examples.npz')
-    examples = dict(np.load(sidecar)) if sidecar.is_file() else {}
-    t0 = time.perf_counter()
     files = sorted(root.glob('*/*/*/*/results.json'))
-    new, skipped = [], []
-    for f in tqdm(files, desc='import', unit='file', disable=not progress):
-        try:
-            meta = parse_result_path(f, root)
-            val, test, per_example = read_result_file(f)
-        except (ValueError, json.JSONDecodeError) as e:
-            skipped.append(dict(path=str(f.relative_to(root)), reason=str(e))); continue
-        row = dict(meta, val_score=val, test_score=test, best_step=None, steps=None, source='authors',
-                   in_paper=meta['dataset'] not in NOT_IN_PAPER)
-        if run_key(row) in seen: continue
-        seen.add(run_key(row)); new.append(row)
-        if per_example.size: examples[run_key(row)] = per_example
+    if not files: raise FileNotFoundError(f'no results.json found under {root} (want <model>/<family>/<dataset>/<run>/results.json)')
+    seen, t0 = set(current_rows(read_rows(store))), time.perf_counter()
+    imported, skipped, pending = 0, [], []
+    with StoreWriter(store, note=f'import {root}') as writer:
+        for f in tqdm(files, desc='import', unit='file', disable=not progress):
+            rel = str(f.relative_to(root))
+            try: row = dict(parse_result_path(f, root), **read_result_file(f))
+            except ValueError as e: skipped.append(dict(path=rel, reason=str(e))); continue
+            if run_key(row) in seen: continue
+            seen.add(run_key(row))
+            pending.append(dict(row, best_step=None, steps=None, source='authors', source_file=rel, code=code_version(),
+                                in_paper=row['dataset'] not in NOT_IN_PAPER))
+            if len(pending) >= batch: writer.append(pending); imported += len(pending); pending = []
+        if pending: writer.append(pending); imported += len(pending)
     elapsed = time.perf_counter() - t0
-    if new:
-        lines = ''.join(to_json(r, indent=None) + '\n' for r in existing + new)
-        with atomic_path(sidecar) as tmp:
-            with open(tmp, 'wb') as fh: np.savez_compressed(fh, **examples)
-        atomic_write_text(store, lines)
-    return dict(files=len(files), imported=len(new), already_there=len(files) - len(new) - len(skipped),
+    return dict(files=len(files), imported=imported, already_there=len(files) - imported - len(skipped),
                 skipped=skipped, files_per_s=len(files) / max(elapsed, 1e-9))
 
 # %% ../nbs/03c_paper_runs.ipynb #a394ff45
@@ -140,18 +157,26 @@ def write_fixture_tree(root: str | Path, models=('610m-mlm40-42k', '610m-clm-42k
     return root
 
 # %% ../nbs/03c_paper_runs.ipynb #1d4618b8
+def paper_rows(results: pd.DataFrame) -> pd.DataFrame:
+    "The rows that count in the paper's aggregation: no dataset outside the paper's 12 (e.g. the authors' `qed`)."
+    keep = ~results.dataset.isin(NOT_IN_PAPER)
+    if 'in_paper' in results: keep &= results.in_paper.astype(object).ne(False)   # our own rows have no flag (NaN)
+    return results[keep]
+
+
 def compare_with_paper(results: pd.DataFrame, reported: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    "(cell table: paper, ours under each selection, differences; summary: mean |difference| per selection)."
+    "(cell table: paper, ours under each selection, differences; summary: mean |difference| per selection, default first)."
     reported = reported_scores() if reported is None else reported
-    res = results[results.get('in_paper', True) != False] if 'in_paper' in results else results   # noqa: E712
+    res = paper_rows(results)
     cells = reported[['checkpoint', 'family', 'score']].rename(columns={'score': 'paper'})
-    for sel in ('mean', 'per_seed'):
+    for sel in SELECTIONS:
         fam = family_scores(res, sel)[['checkpoint', 'family', 'score']]
         fam[f'ours_{sel}'] = fam.pop('score') * 100
         cells = cells.merge(fam, on=['checkpoint', 'family'], how='left')
         cells[f'diff_{sel}'] = cells[f'ours_{sel}'] - cells.paper
-    summary = pd.DataFrame([dict(selection=sel, cells=int(cells[f'diff_{sel}'].notna().sum()),
-                                 mean_abs_diff=float(cells[f'diff_{sel}'].abs().mean())) for sel in ('mean', 'per_seed')])
+    summary = pd.DataFrame([dict(selection=sel + (' (default)' if sel == DEFAULT_SELECTION else ''),
+                                 cells=int(cells[f'diff_{sel}'].notna().sum()),
+                                 mean_abs_diff=float(cells[f'diff_{sel}'].abs().mean())) for sel in SELECTIONS])
     return cells, summary
 
 # %% ../nbs/03c_paper_runs.ipynb #68577b5e
@@ -162,13 +187,16 @@ def main(argv: list[str] | None = None) -> None:
     imp = sub.add_parser('import', help="import the authors' published results")
     imp.add_argument('path', help='EncodEval clone or its results/ folder')
     imp.add_argument('--results', default='runs/paper/results.jsonl', help='results store to write')
+    imp.add_argument('--batch', type=int, default=500, help='rows per write (and fsync)')
     args = p.parse_args(argv)
-    report = import_tree(args.path, args.results)
+    try: report = import_tree(args.path, args.results, batch=args.batch)
+    except (ConfigError, OSError) as e: p.exit(2, f'error: {e}\n')
     print(f"{report['files']:,} files: {report['imported']:,} imported, {report['already_there']:,} already in "
           f"the store, {len(report['skipped']):,} skipped ({report['files_per_s']:,.0f} files/s)")
     for s in report['skipped'][:20]: print(f"  skipped {s['path']}: {s['reason']}")
     if len(report['skipped']) > 20: print(f"  ... and {len(report['skipped']) - 20} more")
     cells, summary = compare_with_paper(load_results(args.results))
+    print('ours minus the printed family scores (points), per LR selection rule:')
     print(summary.to_string(index=False))
 
 # %% ../nbs/03c_paper_runs.ipynb #3c5cc9ae

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -16,6 +17,7 @@ import shutil
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,18 +25,20 @@ import torch
 
 from .core import (ConfigError, append_jsonl, atomic_write_json, atomic_write_text, build_config, config_hash,
                          config_help, param, pick_device, pick_dtype, project_root, read_json, read_jsonl,
-                         seed_everything, write_run_record)
+                         seed_everything, to_json, write_run_record)
 from .vocab import (ADAMW, E3_STEPS, PRETRAIN, AdamW, Phase, paper_run_names, parse_run_name, parse_schedule,
                           phase_at, switch_steps)
-from .model import MODEL_SIZES, Transformer, build_model, check_checkpoint, default_backend, load, save
-from .data import DEFAULT_REAL_TOKENIZER, load_tokenizer, packed_rows
+from .model import (MODEL_SIZES, Transformer, build_model, check_checkpoint, config_from_hf, default_backend, load,
+                          model_config, save)
+from .data import DEFAULT_FINEWEB_SUBSET, DEFAULT_REAL_TOKENIZER, TokenStore, load_tokenizer, open_store
 from .objectives import adamw, device_peak_flops, flops_per_token, lm_loss, make_batch, wsd_schedule
 
 # %% auto #0
-__all__ = ['FLOP_CONVENTION', 'DEMO', 'DEMO_SCHEDULES', 'PretrainConfig', 'resolve_phases', 'check_pretrain_config',
-           'default_run_id', 'step_batches', 'prefetched', 'save_training_state', 'load_training_state', 'TrainState',
-           'Run', 'setup', 'batch_stream', 'train_step', 'Throughput', 'log_metrics', 'keep_checkpoint', 'save_if_due',
-           'pretrain', 'paper_config', 'write_paper_configs', 'main']
+__all__ = ['COMPLETE', 'FLOP_CONVENTION', 'DEMO', 'DEMO_SCHEDULES', 'PretrainConfig', 'resolve_phases', 'check_pretrain_config',
+           'default_run_id', 'step_batches', 'prefetched', 'recover_swaps', 'state_folder', 'save_training_state',
+           'load_training_state', 'TrainState', 'Run', 'state_memory', 'setup', 'batch_stream', 'train_step',
+           'Throughput', 'log_metrics', 'keep_checkpoint', 'save_if_due', 'pretrain', 'paper_config',
+           'write_paper_configs', 'main']
 
 # %% ../nbs/02_pretrain.ipynb #7dbd8cd7
 @dataclass
@@ -51,8 +55,11 @@ class PretrainConfig:
     init_from: str | None = param(None, 'continue from a checkpoint (ours, HF Llama-family, MLMvsCLM/*); weights only')
     resume_from: str | None = param(None, "full training state to resume from (another run's state folder)")
     tokenizer: str | None = param(None, 'HF tokenizer name/folder; None: see above')
-    data: str = param('embedded', "'embedded', 'fineweb-edu', or a folder/file of .txt/.jsonl")
-    data_subset: str | None = param(None, 'dataset config name (fineweb-edu subset)')
+    data: str = param('embedded', "'embedded', 'fineweb-edu', a folder/file of .txt/.jsonl, or a token store folder")
+    data_subset: str | None = param(None, f'fineweb-edu subset ({DEFAULT_FINEWEB_SUBSET} when None: unique tokens for 54k steps)')
+    data_offset: int | None = param(None, "first store token read: None continues after init_from's tokens (CPT), else 0; 0 replays", low=0)
+    store_dir: str | None = param(None, 'where token stores of sources are built and found (<project>/stores)')
+    data_workers: int = param(1, "tokenizing processes when a finite source's store must be built", low=1)
     seq_len: int = param(128, 'tokens per packed row (1024 in the paper)', low=8)
     batch_size: int = param(16, 'rows per device per micro-batch', low=1)
     grad_accum: int = param(1, 'micro-batches per optimizer step', low=1)
@@ -72,6 +79,7 @@ class PretrainConfig:
     log_every: int = param(10, 'steps between metrics.jsonl rows', low=1)
     stop_at_step: int | None = param(None, 'end this session after this step (the run stays resumable)', low=1)
     device: str | None = param(None, "'cpu', 'cuda', ...; None picks")
+    fsdp: bool = param(False, 'shard weights, gradients and optimizer state over the processes (FSDP2; 610m/1b)')
     attn_backend: str = param('auto', "'auto' (varlen flash attention on GPU, else sdpa), 'sdpa', 'eager', 'flash'",
                               choices=('auto', 'sdpa', 'eager', 'flash'))
     sparse_head: bool = param(True, 'MLM: LM head only at masked positions')
@@ -81,6 +89,9 @@ class PretrainConfig:
     gradient_checkpointing: bool = param(False, 'recompute activations in backward (saves memory for 1b)')
     tensorboard: bool = param(False, 'also log to TensorBoard (needs the tensorboard package)')
     progress: bool = param(True, 'show a progress bar')
+    on_config_change: str = param('refuse', "run_id trained before with other settings: 'refuse', 'force_new' (the old "
+                                  "folder is moved aside) or 'resume_anyway' (run.json keeps the old settings)",
+                                  choices=('refuse', 'force_new', 'resume_anyway'))
 
 
 def resolve_phases(cfg: PretrainConfig) -> list[Phase]:
@@ -90,6 +101,9 @@ def resolve_phases(cfg: PretrainConfig) -> list[Phase]:
 
 def check_pretrain_config(cfg: PretrainConfig) -> list[Phase]:
     "Every check that can fail before any data is read or model built; returns the phases."
+    for f in dataclasses.fields(cfg):
+        if isinstance(v := getattr(cfg, f.name), float) and not math.isfinite(v):
+            raise ConfigError(f'{f.name}={v} is not a finite number')
     phases = resolve_phases(cfg)
     if abs(cfg.replace_mask + cfg.replace_random + cfg.replace_keep - 1) > 1e-6:
         raise ConfigError(f'replace_mask + replace_random + replace_keep = '
@@ -97,18 +111,45 @@ def check_pretrain_config(cfg: PretrainConfig) -> list[Phase]:
     if cfg.warmup_steps + cfg.decay_steps > cfg.total_steps:
         raise ConfigError(f'warmup_steps + decay_steps = {cfg.warmup_steps + cfg.decay_steps} exceeds '
                           f'total_steps={cfg.total_steps}')
-    if cfg.init_from is not None: check_checkpoint(cfg.init_from, 'init_from')
-    if cfg.resume_from is not None and not Path(cfg.resume_from).exists():
-        raise ConfigError(f'resume_from={cfg.resume_from!r} does not exist (expected a checkpoint folder)')
-    if cfg.resume_from is not None and not (Path(cfg.resume_from)/'state.pt').is_file():
-        raise ConfigError(f'resume_from={cfg.resume_from!r} holds no state.pt (a training-state folder is needed)')
     for s in _checkpoint_steps(cfg):
         if not 1 <= s <= cfg.total_steps:
             raise ConfigError(f'checkpoint_steps has {s}; allowed: 1..total_steps={cfg.total_steps}')
+    _check_places(cfg)
+    limit, of = _position_limit(cfg)
+    if cfg.seq_len > limit:
+        raise ConfigError(f'seq_len={cfg.seq_len} exceeds max_position_embeddings={limit} of {of}; use seq_len <= {limit}')
+    _check_device(cfg)
+    return phases
+
+
+def _check_places(cfg: PretrainConfig) -> None:
+    "The run id names a folder inside out_dir; init_from is a model; resume_from holds a training state."
+    if cfg.run_id is not None and (not cfg.run_id or re.search(r'[/\\]', cfg.run_id) or cfg.run_id.startswith('.')):
+        raise ConfigError(f'run_id={cfg.run_id!r} must be a plain folder name (no "/", not starting with "."): it '
+                          f'names the run folder inside out_dir')
+    if cfg.init_from is not None: check_checkpoint(cfg.init_from, 'init_from')
+    if cfg.resume_from is not None and not Path(cfg.resume_from).exists():
+        raise ConfigError(f'resume_from={cfg.resume_from!r} does not exist (expected a checkpoint folder)')
+    if cfg.resume_from is not None and state_folder(cfg.resume_from) is None:
+        raise ConfigError(f"resume_from={cfg.resume_from!r} holds no training state (expected a run's state/ folder or "
+                          f"a checkpoints/step-<N> folder)")
+
+
+def _position_limit(cfg: PretrainConfig) -> tuple[int, str]:
+    "The longest row the model is meant for: the init_from checkpoint's (its config read, so a foreign family fails here), else the size's."
+    if cfg.init_from and (Path(cfg.init_from)/'config.json').is_file():
+        hf = config_from_hf(read_json(Path(cfg.init_from)/'config.json'))
+        return hf.max_position_embeddings, f'init_from={cfg.init_from!r}'
+    return model_config(cfg.size).max_position_embeddings, f'size={cfg.size}'
+
+
+def _check_device(cfg: PretrainConfig) -> None:
+    if (cfg.device or '').startswith('cuda') and not torch.cuda.is_available():
+        raise ConfigError(f"device={cfg.device!r} but this machine has no CUDA device (torch {torch.__version__}); "
+                          f"use device=None (what is there) or 'cpu'")
     if cfg.attn_backend == 'flash' and not torch.cuda.is_available():
         raise ConfigError("attn_backend='flash' needs a CUDA GPU (flash-attn or torch.nn.attention.varlen); "
                           "use 'auto' or 'sdpa'")
-    return phases
 
 
 def _checkpoint_steps(cfg) -> list[int]:
@@ -116,7 +157,8 @@ def _checkpoint_steps(cfg) -> list[int]:
     except ValueError: raise ConfigError(f'checkpoint_steps={cfg.checkpoint_steps!r} must be a comma list of integers')
 
 
-_NOT_IN_RUN_ID = ('progress', 'stop_at_step', 'run_id', 'prefetch')   # they change how a run goes, not its numbers
+# they change how a run goes, not its numbers
+_NOT_IN_RUN_ID = ('progress', 'stop_at_step', 'run_id', 'prefetch', 'store_dir', 'data_workers', 'fsdp', 'on_config_change')
 
 def default_run_id(cfg: PretrainConfig) -> str:
     "A readable, config-specific folder name: size, schedule, steps and a hash of the fields set off their defaults."
@@ -129,7 +171,19 @@ def default_run_id(cfg: PretrainConfig) -> str:
     return f'{tag}-{config_hash(changed)[:6]}'
 
 # %% ../nbs/02_pretrain.ipynb #166a5ada
-def step_batches(rows,                     # the packed-row stream, positioned at the first step's rows
+def _sequential(rows, position: int):
+    "`read(first_row, n)` over an iterator of packed rows that stands at row `position` (reads only move forward)."
+    it = iter(rows)
+    def read(first: int, n: int) -> dict:
+        nonlocal position
+        for _ in range(first - position): next(it)
+        got = [next(it) for _ in range(n)]
+        position = first + n
+        return {k: torch.stack([r[k] for r in got]) for k in ('input_ids', 'document_ids')}
+    return read
+
+
+def step_batches(rows,                     # `read(first_row, n)` (a token store's rows), or an iterator of packed rows
                  phases: list[Phase],
                  steps: range,             # the optimizer steps to make batches for
                  B: int, A: int,           # rows per micro-batch, micro-batches per step
@@ -138,15 +192,15 @@ def step_batches(rows,                     # the packed-row stream, positioned a
                  pin: bool = False,        # page-locked memory, for asynchronous copies to a GPU
                 ):
     "Yield, for each step of `steps`, this process's `A` micro-batches (`make_batch` dicts)."
-    rows_per_step = B * A * world
+    G = B * A * world                      # rows per optimizer step, all processes together
+    # a reader fetches only this process's rows; an iterator (standing at the first step's rows) is read in full
+    read = rows if callable(rows) else _sequential(rows, steps.start * G)
     for step in steps:
         _, phase = phase_at(phases, step)
-        global_rows = [next(rows) for _ in range(rows_per_step)]
         micro = []
         for m in range(A):
-            start = (m * world + rank) * B
-            stacked = {k: torch.stack([r[k] for r in global_rows[start:start + B]]) for k in ('input_ids', 'document_ids')}
-            batch = make_batch(stacked, phase, tokenizer_ids, replace, seed, step * rows_per_step + start)
+            first = step * G + (m * world + rank) * B
+            batch = make_batch(read(first, B), phase, tokenizer_ids, replace, seed, first)
             micro.append({k: v.pin_memory() if pin and torch.is_tensor(v) else v for k, v in batch.items()})
         yield micro
 
@@ -176,42 +230,135 @@ def prefetched(iterator, depth: int = 2):
         producer.join(timeout=30)
 
 # %% ../nbs/02_pretrain.ipynb #311535f0
-def _atomic_dir(final: Path, write) -> Path:
-    "Call `write(tmp_folder)`, then move the folder onto `final` (replacing it) in one rename."
-    final = Path(final); final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(f'.{final.name}.tmp-{os.getpid()}')
-    if tmp.exists(): shutil.rmtree(tmp)
+COMPLETE = '.complete'   # the last file `_atomic_dir` writes into a folder: the copy is whole
+
+def _everyone(run) -> None:
+    if run is not None: run.acc.wait_for_everyone()
+
+
+def _sync_tree(folder: Path) -> None:
+    "Flush every file under `folder`, then the folder, to disk."
+    for p in sorted(folder.rglob('*')):
+        if p.is_file():
+            with open(p, 'rb') as f: os.fsync(f.fileno())
+    fd = os.open(folder, os.O_RDONLY)
+    try: os.fsync(fd)
+    finally: os.close(fd)
+
+
+def _atomic_dir(final: Path, write, run=None) -> Path:
+    "Every process calls `write(tmp)`; the main one marks `tmp` complete and swaps it onto `final` with two renames."
+    final = Path(final)
+    tag = run.session if run is not None else str(os.getpid())
+    tmp, old = (final.with_name(f'.{final.name}.{kind}-{tag}') for kind in ('tmp', 'old'))
+    main = run is None or run.is_main
+    if main:
+        if tmp.exists(): shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+    _everyone(run)
     write(tmp)
-    old = final.with_name(f'.{final.name}.old-{os.getpid()}')
-    if final.exists(): os.replace(final, old)
-    os.replace(tmp, final)
-    if old.exists(): shutil.rmtree(old)
+    _everyone(run)
+    if main:
+        (tmp/COMPLETE).write_text(f'{time.time()}\n')
+        _sync_tree(tmp)
+        if final.exists(): os.replace(final, old)
+        os.replace(tmp, final)                # a kill between these two renames is repaired by `recover_swaps`
+        _sync_tree(final.parent)
+        if old.exists(): shutil.rmtree(old)
+    _everyone(run)
     return final
 
 
-def _write_state(folder: Path, optimizer, scheduler, step: int, extra: dict) -> None:
-    torch.save(dict(optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(), step=step,
-                    torch_rng=torch.get_rng_state(), extra=json.dumps(extra)), Path(folder)/'state.pt')
+def recover_swaps(parent: Path) -> list[str]:
+    "Repair what a killed `_atomic_dir` left in `parent`: a missing folder gets its newest complete copy back; leftovers go. One line per repair."
+    copies = {}
+    for p in Path(parent).glob('.*.*-*') if Path(parent).is_dir() else []:
+        m = re.fullmatch(r'\.(.+)\.(tmp|old)-([\w.-]+)', p.name)
+        if m and p.is_dir(): copies.setdefault(m.group(1), []).append((m.group(2), p))
+    notes = []
+    for name, found in sorted(copies.items()):
+        final = Path(parent)/name
+        # an .old copy was once the folder itself, hence whole; a .tmp copy is whole once marked (and newer)
+        whole = sorted(((kind == 'tmp', p.stat().st_mtime, p) for kind, p in found if kind == 'old' or (p/COMPLETE).is_file()),
+                       reverse=True)
+        if not final.exists() and whole:
+            os.replace(whole[0][2], final)
+            notes.append(f'recovered {final} from {whole[0][2].name}, its newest complete copy (a crash '
+                         f'interrupted its replacement)')
+        for _, p in found:
+            if p.exists(): shutil.rmtree(p, ignore_errors=True)
+    return notes
 
 
-def save_training_state(folder: Path, model, optimizer, scheduler, step: int, extra: dict) -> Path:
-    "Full state to resume from (atomic)."
-    def write(tmp):
-        save(model, tmp, is_causal=model.config.is_causal)
-        _write_state(tmp, optimizer, scheduler, step, extra)
-    return _atomic_dir(Path(folder), write)
+def state_folder(path: str | Path) -> Path | None:
+    "`path` if it holds a training state, its `state/` if it is a checkpoint that carries one, else None."
+    for p in (Path(path), Path(path)/'state'):
+        if (p/'trainer.pt').is_file() or (p/'state.pt').is_file(): return p
+    return None
+
+# %% ../nbs/02_pretrain.ipynb #6b86a3cf
+def _optimizer(optimizer): return getattr(optimizer, 'optimizer', optimizer)   # accelerate's wrapper -> torch's
 
 
-def load_training_state(folder: Path, model, optimizer, scheduler) -> tuple[int, dict]:
-    "Restore model, optimizer and scheduler from `folder`; returns (step, extra)."
+@contextlib.contextmanager
+def _quiet_dcp():
+    "DCP warns that it runs without a process group when there is one process; that is what we want."
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='.*torch.distributed is disabled.*')
+        yield
+
+
+def _write_state(run, state, folder: Path) -> None:
+    "Every process: its shards of weights and optimizer (DCP); the main process: `trainer.pt` (schedule, step, RNG, data position)."
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    if run.is_main: folder.mkdir(parents=True, exist_ok=True)
+    _everyone(run)
+    with _quiet_dcp():
+        model_sd, optim_sd = get_state_dict(run.model, _optimizer(run.optimizer))
+        dcp.save(dict(model=model_sd, optim=optim_sd), checkpoint_id=str(folder))
+    if run.is_main:
+        extra = dict(tokens_seen=state.tokens_seen, run_id=run.run_id, data_offset=run.data_offset,
+                     store_id=run.store.store_id, processes=run.acc.num_processes, sharding=run.sharding)
+        torch.save(dict(scheduler=run.scheduler.state_dict(), step=state.step, torch_rng=torch.get_rng_state(),
+                        extra=json.dumps(extra)), folder/'trainer.pt')
+
+
+def save_training_state(run, state) -> Path:
+    "The run's full state into `state/`, atomically (every process calls it)."
+    return _atomic_dir(run.state_dir, lambda tmp: _write_state(run, state, tmp), run)
+
+
+def load_training_state(run, folder: Path):
+    "Restore weights, optimizer, schedule and RNG from a state `folder` into the prepared run (every process); returns `(TrainState, extra)`."
+    if (Path(folder)/'state.pt').is_file(): return _load_legacy_state(run, Path(folder))
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    opt = _optimizer(run.optimizer)
+    with _quiet_dcp():
+        model_sd, optim_sd = get_state_dict(run.model, opt)       # (also creates the empty AdamW moments to fill)
+        saved = dict(model=model_sd, optim=optim_sd)
+        dcp.load(saved, checkpoint_id=str(folder))
+        set_state_dict(run.model, opt, model_state_dict=saved['model'], optim_state_dict=saved['optim'])
+    trainer = torch.load(Path(folder)/'trainer.pt', weights_only=True)
+    run.scheduler.load_state_dict(trainer['scheduler'])
+    torch.set_rng_state(trainer['torch_rng'])
+    extra = json.loads(trainer['extra'])
+    return TrainState(trainer['step'], extra.get('tokens_seen', 0)), extra
+
+
+def _load_legacy_state(run, folder: Path):
+    "A state written before DCP (`model.safetensors` + `state.pt`): one full copy, so not under FSDP."
     from safetensors.torch import load_file
-    sd = load_file(str(Path(folder)/'model.safetensors'))
-    if model.config.tie_word_embeddings: sd['lm_head.weight'] = sd['model.embed_tokens.weight']
-    model.load_state_dict(sd)
-    st = torch.load(Path(folder)/'state.pt', weights_only=True)
-    optimizer.load_state_dict(st['optimizer']); scheduler.load_state_dict(st['scheduler'])
+    if run.sharding == 'fsdp2': raise ConfigError(f'{folder} is a state of an earlier version: resume it without fsdp')
+    sd = load_file(str(folder/'model.safetensors'))
+    if run.raw_model.config.tie_word_embeddings: sd['lm_head.weight'] = sd['model.embed_tokens.weight']
+    run.raw_model.load_state_dict(sd)
+    st = torch.load(folder/'state.pt', weights_only=True)
+    _optimizer(run.optimizer).load_state_dict(st['optimizer']); run.scheduler.load_state_dict(st['scheduler'])
     torch.set_rng_state(st['torch_rng'])
-    return st['step'], json.loads(st['extra'])
+    extra = json.loads(st['extra'])
+    return TrainState(st['step'], extra.get('tokens_seen', 0)), extra
 
 # %% ../nbs/02_pretrain.ipynb #3861a4f8
 def _tokenizer_for(cfg: PretrainConfig):
@@ -266,11 +413,14 @@ class Run:
     run_id: str
     phases: list
     tokenizer: object
-    raw_model: Transformer   # the plain module: what checkpoints save
-    model: object            # what trains: `raw_model` compiled and wrapped by accelerate (DDP)
+    store: TokenStore        # the tokens this run reads (`mlmclm.data`)
+    raw_model: Transformer   # the plain module (sharded in place under FSDP)
+    model: object            # what trains: `raw_model` compiled and wrapped by accelerate (DDP or FSDP2)
     optimizer: object
     scheduler: object
     backend: str             # the attention kernel in use
+    session: str = ''        # names this session's temporary folders (the main process's id, shared by all)
+    data_offset: int = 0     # the store token where row 0 of this run begins
 
     @property
     def state_dir(self) -> Path: return self.folder/'state'
@@ -282,57 +432,188 @@ class Run:
     def keep_steps(self) -> set: return set(_checkpoint_steps(self.cfg)) | set(switch_steps(self.phases)) | {self.cfg.total_steps}
     @property
     def is_main(self) -> bool: return self.acc.is_main_process
+    @property
+    def sharding(self) -> str:
+        return 'fsdp2' if self.acc.is_fsdp2 else 'ddp' if self.acc.num_processes > 1 else 'none'
+
+# %% ../nbs/02_pretrain.ipynb #f0e2835e
+def _fsdp_plugin(bf16: bool):
+    from accelerate import FullyShardedDataParallelPlugin
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    mixed = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
+    return FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy='transformer_based_wrap',
+                                          transformer_cls_names_to_wrap=['Block'], reshard_after_forward=True,
+                                          state_dict_type='SHARDED_STATE_DICT', mixed_precision_policy=mixed)
+
+
+def _fsdp_on_cpu(acc, plugin) -> None:
+    "Make accelerate take its FSDP2 path over gloo (it does so by itself only on GPU-like devices)."
+    from accelerate.state import PartialState
+    from accelerate.utils import DistributedType
+    PartialState._shared_state['distributed_type'] = DistributedType.FSDP   # AcceleratorState re-reads this one
+    acc.state.distributed_type, acc.state.fsdp_plugin = DistributedType.FSDP, plugin
+    if not acc.is_fsdp2: raise RuntimeError('accelerate did not switch to FSDP2 on CPU')
 
 
 def _accelerator(cfg: PretrainConfig):
     from accelerate import Accelerator
     device = pick_device(cfg.device)
     bf16 = pick_dtype(device) == torch.bfloat16
-    return Accelerator(cpu=device.type == 'cpu', mixed_precision='bf16' if bf16 else 'no',
-                       log_with='tensorboard' if cfg.tensorboard else None)
+    kw = dict(cpu=device.type == 'cpu', mixed_precision='bf16' if bf16 else 'no',
+              log_with='tensorboard' if cfg.tensorboard else None)
+    if not cfg.fsdp: return Accelerator(**kw)
+    plugin = _fsdp_plugin(bf16)
+    acc = Accelerator(fsdp_plugin=plugin, **kw)
+    if acc.num_processes > 1 and not acc.is_fsdp2: _fsdp_on_cpu(acc, plugin)
+    return acc
 
 
-def _run_folder(cfg: PretrainConfig, acc) -> tuple[Path, str]:
+def _session(acc) -> str:
+    "The main process's id, known to every process: it names this session's temporary folders."
+    from accelerate.utils import broadcast_object_list
+    return str(broadcast_object_list([os.getpid()])[0]) if acc.num_processes > 1 else str(os.getpid())
+
+# %% ../nbs/02_pretrain.ipynb #77a3ebe0
+def state_memory(size: str,                # a key of MODEL_SIZES
+                 processes: int = 8,       # GPUs the run is spread over
+                 vocab_size: int = 128_256 # Llama-3's
+                ) -> dict:
+    "GiB per process of weights, gradients and AdamW moments, under DDP and under FSDP2 (shards plus the largest gathered units)."
+    cfg = model_config(size, vocab_size=vocab_size)
+    with torch.device('meta'): m = Transformer(cfg)
+    total = sum(p.numel() for p in m.parameters())
+    block = sum(p.numel() for p in m.model.layers[0].parameters())
+    root = total - cfg.num_hidden_layers * block                                  # embeddings, head, final norm
+    gib = 2 ** 30
+    gathered = 2 * 2 * block + (2 + 4) * root          # two blocks and the root in bf16, the root's fp32 gradients
+    return dict(size=size, parameters=total, processes=processes, ddp_gib=16 * total / gib,
+                fsdp_shards_gib=16 * total / processes / gib, fsdp_gathered_gib=gathered / gib,
+                fsdp_gib=(16 * total / processes + gathered) / gib)
+
+# %% ../nbs/02_pretrain.ipynb #0e40fa62
+_SESSION_FIELDS = ('progress', 'stop_at_step', 'prefetch', 'log_every', 'save_every', 'checkpoint_steps', 'tensorboard',
+                   'out_dir', 'store_dir', 'data_workers', 'device', 'attn_backend', 'compile', 'fsdp',
+                   'on_config_change', 'run_id')   # how a session runs, not what it computes
+
+def _config_changes(old: dict, cfg: PretrainConfig) -> dict:
+    "The fields that change what is computed and differ from the recorded `old` config (a field it predates counts as its default)."
+    new = json.loads(to_json(dataclasses.asdict(cfg)))
+    default = {f.name: f.default for f in dataclasses.fields(cfg)}
+    return {k: (old.get(k, default[k]), v) for k, v in new.items()
+            if k not in _SESSION_FIELDS and old.get(k, default[k]) != v}
+
+
+def _check_reuse(folder: Path, run_id: str, cfg: PretrainConfig) -> tuple[list, dict | None]:
+    "The config history to keep, and the replaced config (resume_anyway); refuses, or moves aside, a folder trained otherwise."
+    trained = state_folder(folder/'state') or any((folder/'checkpoints').glob('step-*')) or any(folder.glob('.state.*'))
+    if not (folder/'run.json').is_file() or not trained: return [], None
+    old = read_json(folder/'run.json')
+    changes = _config_changes(old['config'], cfg)
+    if not changes: return old.get('config_history', []), None
+    shown = ', '.join(f'{k} {a!r} -> {b!r}' for k, (a, b) in changes.items())
+    if cfg.on_config_change == 'refuse':
+        raise ConfigError(f"run_id={run_id!r} already holds a run trained with other settings: {shown}. Choose another "
+                          f"run_id, or on_config_change='resume_anyway' (continue its state under the new settings) "
+                          f"or 'force_new' (start over; the old folder is moved aside)")
+    if cfg.on_config_change == 'resume_anyway': return old.get('config_history', []), old['config']
+    aside = folder.with_name(f"{folder.name}.superseded-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    os.replace(folder, aside)
+    print(f'force_new: the earlier run ({shown}) was moved to {aside}')
+    return [], None
+
+
+def _run_folder(cfg: PretrainConfig, acc) -> tuple[Path, str, list, dict | None, list]:
+    "The run folder (created), its id, config history, replaced config, and the repairs of interrupted swaps."
     run_id = cfg.run_id or default_run_id(cfg)
     folder = Path(cfg.out_dir or project_root()/'runs')/run_id
-    folder.mkdir(parents=True, exist_ok=True)
-    if acc.is_main_process:   # folders a killed writer left half-written are never read; clear them
-        for stale in [*folder.glob('.*.tmp-*'), *folder.glob('.*.old-*'), *folder.glob('checkpoints/.*.tmp-*')]:
-            shutil.rmtree(stale, ignore_errors=True)
-    return folder, run_id
+    history, replaced, repairs = [], None, []
+    if acc.is_main_process:
+        history, replaced = _check_reuse(folder, run_id, cfg)
+        folder.mkdir(parents=True, exist_ok=True)
+        repairs = recover_swaps(folder) + recover_swaps(folder/'checkpoints')
+        for line in repairs: print(line)
+    acc.wait_for_everyone()
+    return folder, run_id, history, replaced, repairs
+
+# %% ../nbs/02_pretrain.ipynb #a70207db
+def _data_offset(cfg: PretrainConfig, store: TokenStore, extra: dict | None) -> tuple[int, str]:
+    "Where in the store this run's row 0 begins, and why."
+    if extra and 'data_offset' in extra:
+        if cfg.data_offset is not None and cfg.data_offset != extra['data_offset']:
+            raise ConfigError(f"data_offset={cfg.data_offset} but the state it resumes read from {extra['data_offset']}")
+        return extra['data_offset'], 'the state it resumes'
+    if cfg.data_offset is not None: return cfg.data_offset, 'data_offset'
+    meta = Path(cfg.init_from or '')/'mlmclm.json'
+    seen = read_json(meta).get('data') if cfg.init_from and meta.is_file() else None
+    if seen and seen.get('store_id') == store.store_id:
+        return seen['end_token'], f"after the {seen['end_token']:,} tokens init_from saw"
+    return 0, 'the start' + (' (init_from was trained on another store)' if seen else '')
 
 
-def _resume(run: Run) -> TrainState:
-    "Our own latest state first, else an explicitly given one (e.g. a CLM run's state at a biphasic switch)."
-    own = run.state_dir
-    source = own if (own/'state.pt').is_file() else (Path(run.cfg.resume_from) if run.cfg.resume_from else None)
-    if source is None: return TrainState()
-    step, extra = load_training_state(source, run.raw_model, run.optimizer, run.scheduler)
-    run.acc.print(f'resumed from {source} at step {step}')
-    return TrainState(step, extra.get('tokens_seen', 0))
+def _data_record(run: Run, why: str) -> dict:
+    "The store and the token range this run reads; a loud warning if it runs past the store's end."
+    first, n = run.data_offset, len(run.store)
+    end = first + run.cfg.total_steps * run.rows_per_step * run.cfg.seq_len
+    record = dict(store=str(run.store.folder), store_id=run.store.store_id, store_tokens=n, source=run.store.manifest['source'],
+                  first_token=first, end_token=end, offset_from=why, epochs=round((end - first) / n, 4), repeats=end > n)
+    if end > n and run.is_main:
+        msg = (f'run {run.run_id} reads store tokens {first:,} to {end:,} but the store holds {n:,} unique tokens: it '
+               f'REPEATS DATA, {(end - first) / n:.2f} epochs. The paper trains on unique tokens: use a larger store.')
+        warnings.warn(msg, RuntimeWarning, stacklevel=2)
+        print(f'WARNING: {msg}', file=sys.stderr)
+    return record
+
+
+def _record(run: Run, state: TrainState, why: str, history: list, replaced: dict | None, repairs: list) -> None:
+    "Write `run.json`: the config, the data range, what ran, and how this session started."
+    if replaced is not None: history = history + [dict(config=replaced, until_step=state.step)]
+    extra = dict(config_history=history) if history else {}
+    ran_on = dict(device=run.acc.device.type, processes=run.acc.num_processes, sharding=run.sharding,
+                  mixed_precision=run.acc.mixed_precision)
+    write_run_record(run.folder, run.cfg, seed=run.cfg.seed, run_id=run.run_id,
+                     phases=[dataclasses.asdict(p) for p in run.phases], tokenizer=run.tokenizer.name_or_path,
+                     attn_backend=run.backend, flops_per_token=flops_per_token(run.raw_model.config, run.cfg.seq_len),
+                     resumed_at=state.step, data=_data_record(run, why), ran_on=ran_on, recovered=repairs, **extra)
+
+# %% ../nbs/02_pretrain.ipynb #b1786a09
+def _resume(run: Run) -> tuple[TrainState, dict | None]:
+    "Our own latest state first, else an explicitly given one (a CLM run's checkpoint at a biphasic switch)."
+    source = state_folder(run.state_dir) or (state_folder(run.cfg.resume_from) if run.cfg.resume_from else None)
+    state, extra = load_training_state(run, source) if source else (TrainState(), None)
+    if source: run.acc.print(f'resumed from {source} at step {state.step}')
+    if run.is_main: _truncate_metrics(run.folder/'metrics.jsonl', state.step)   # also a session killed before its first save
+    return state, extra
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    "Drop the metrics rows a killed session logged after the state it resumes from: they are logged again."
+    if not path.exists(): return
+    text = ''.join(to_json(r, indent=None) + '\n' for r in read_jsonl(path) if r.get('step', 0) <= step)
+    if text != path.read_text(encoding='utf-8'): atomic_write_text(path, text)
 
 
 def setup(cfg: PretrainConfig,  # a checked config (`build_config(PretrainConfig, ...)`)
          ) -> tuple[Run, TrainState]:
-    "Everything a run needs, built in a fixed order (seed, tokenizer, model, optimizer, resume), and where it starts."
+    "Everything a run needs, built in a fixed order (checks, data, folder, seed, model, processes, resume), and where it starts."
     phases = check_pretrain_config(cfg)
     acc = _accelerator(cfg)
-    folder, run_id = _run_folder(cfg, acc)
-    seed_everything(cfg.seed)
     tokenizer = _tokenizer_for(cfg)
+    with acc.main_process_first():   # bad data fails here, before the run folder exists; the main process builds
+        store = open_store(cfg.data, tokenizer, cfg.seed, cfg.data_subset, store_dir=cfg.store_dir, workers=cfg.data_workers)
+    folder, run_id, history, replaced, repairs = _run_folder(cfg, acc)
+    seed_everything(cfg.seed)
     backend = _backend(cfg, acc.device)
     model = _build(cfg, tokenizer, backend)
     if cfg.gradient_checkpointing: model.set_gradient_checkpointing(True)
     settings = AdamW(cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps, cfg.weight_decay, cfg.grad_clip)
     optimizer = adamw(model, cfg.lr, settings, fused=acc.device.type == 'cuda')
     scheduler = wsd_schedule(optimizer, cfg.total_steps, cfg.warmup_steps, cfg.decay_steps)
-    run = Run(cfg, acc, folder, run_id, phases, tokenizer, model, model, optimizer, scheduler, backend)
-    state = _resume(run)
-    if run.is_main:
-        write_run_record(folder, cfg, seed=cfg.seed, run_id=run_id, phases=[dataclasses.asdict(p) for p in phases],
-                         tokenizer=tokenizer.name_or_path, attn_backend=backend,
-                         flops_per_token=flops_per_token(model.config, cfg.seq_len), resumed_at=state.step)
-    run.model, run.optimizer = acc.prepare(torch.compile(model) if cfg.compile else model, optimizer)
+    prepared, optimizer = acc.prepare(torch.compile(model) if cfg.compile else model, optimizer)
+    run = Run(cfg, acc, folder, run_id, phases, tokenizer, store, model, prepared, optimizer, scheduler, backend,
+              session=_session(acc))
+    state, extra = _resume(run)                   # after `prepare`: FSDP shards the weights the state is loaded into
+    run.data_offset, why = _data_offset(cfg, store, extra)
+    if run.is_main: _record(run, state, why, history, replaced, repairs)
     if cfg.tensorboard: acc.init_trackers(run_id)
     return run, state
 
@@ -340,8 +621,7 @@ def setup(cfg: PretrainConfig,  # a checked config (`build_config(PretrainConfig
 def batch_stream(run: Run, state: TrainState):
     "This process's micro-batches of every remaining step, prepared `prefetch` steps ahead in a background thread."
     cfg, acc = run.cfg, run.acc
-    rows = packed_rows(cfg.data, run.tokenizer, seq_len=cfg.seq_len, seed=cfg.seed,
-                       start_row=state.step * run.rows_per_step, **({'subset': cfg.data_subset} if cfg.data_subset else {}))
+    rows = functools.partial(run.store.rows, run.data_offset, seq_len=cfg.seq_len)   # reads only the rows asked for
     ids_info = dict(mask_token_id=run.tokenizer.mask_token_id, vocab_size=len(run.tokenizer),
                     special_ids=sorted(set(run.tokenizer.all_special_ids)))
     batches = step_batches(rows, run.phases, range(state.step, run.last_step), cfg.batch_size, cfg.grad_accum,
@@ -405,27 +685,40 @@ def log_metrics(run: Run, state: TrainState, phase_index: int, phase: Phase, los
     return row
 
 
+def _full_weights(run: Run) -> dict | None:
+    "The whole weights on the main process, None elsewhere (under FSDP a gather: every process must call it)."
+    if run.sharding != 'fsdp2': return run.raw_model.state_dict() if run.is_main else None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    weights = get_model_state_dict(run.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return weights if run.is_main else None
+
+
+def _tokens_read(run: Run, state: TrainState) -> dict:
+    "The store and the token range the run has read up to `state`."
+    return dict(store_id=run.store.store_id, store=str(run.store.folder), first_token=run.data_offset,
+                end_token=run.data_offset + state.tokens_seen)
+
+
 def keep_checkpoint(run: Run, state: TrainState, phase_index: int, phase: Phase) -> Path:
     "`checkpoints/step-<N>`: the model as trained at this step (attention of the phase), its tokenizer and full state."
     meta = dict(step=state.step, phase=phase_index, objective=phase.objective, mask_ratio=phase.mask_ratio,
                 schedule=run.cfg.schedule, phases=[dataclasses.asdict(p) for p in run.phases],
-                tokens_seen=state.tokens_seen, run_id=run.run_id, init_from=run.cfg.init_from, seed=run.cfg.seed)
+                tokens_seen=state.tokens_seen, data=_tokens_read(run, state), run_id=run.run_id,
+                init_from=run.cfg.init_from, seed=run.cfg.seed)
+    weights = _full_weights(run)
     def write(tmp):
-        save(run.raw_model, tmp, tokenizer=run.tokenizer, is_causal=phase.is_causal, metadata=meta)
-        _write_state(tmp, run.optimizer, run.scheduler, state.step, dict(tokens_seen=state.tokens_seen, run_id=run.run_id))
-    return _atomic_dir(run.folder/'checkpoints'/f'step-{state.step}', write)
+        if run.is_main: save(run.raw_model, tmp, tokenizer=run.tokenizer, is_causal=phase.is_causal, metadata=meta,
+                             weights=weights)
+        _write_state(run, state, tmp/'state')
+    return _atomic_dir(run.folder/'checkpoints'/f'step-{state.step}', write, run)
 
 
 def save_if_due(run: Run, state: TrainState, phase_index: int, phase: Phase) -> None:
-    "At a kept step: a checkpoint; every `save_every` steps, at kept steps and at the last: the resumable state."
+    "At a kept step: a checkpoint; every `save_every` steps, at kept steps and at the last: the resumable state (every process calls it)."
     cfg = run.cfg
     if not (state.step in run.keep_steps or state.step % cfg.save_every == 0 or state.step == run.last_step): return
-    run.acc.wait_for_everyone()
-    if run.is_main:
-        if state.step in run.keep_steps: keep_checkpoint(run, state, phase_index, phase)
-        save_training_state(run.state_dir, run.raw_model, run.optimizer, run.scheduler, state.step,
-                            dict(tokens_seen=state.tokens_seen, run_id=run.run_id))
-    run.acc.wait_for_everyone()
+    if state.step in run.keep_steps: keep_checkpoint(run, state, phase_index, phase)
+    save_training_state(run, state)
 
 # %% ../nbs/02_pretrain.ipynb #77667943
 def pretrain(cfg: PretrainConfig,  # a checked config (`build_config(PretrainConfig, ...)`)
@@ -449,7 +742,8 @@ def pretrain(cfg: PretrainConfig,  # a checked config (`build_config(PretrainCon
         batches.close()
     bar.close()
     if run.is_main and state.step == cfg.total_steps:
-        atomic_write_json(run.folder/'done.json', dict(step=state.step, tokens_seen=state.tokens_seen, run_id=run.run_id))
+        atomic_write_json(run.folder/'done.json', dict(step=state.step, tokens_seen=state.tokens_seen, run_id=run.run_id,
+                                                       data=_tokens_read(run, state)))
     if cfg.tensorboard: run.acc.end_training()
     return run.folder
 
@@ -462,7 +756,8 @@ def paper_config(name: str) -> dict:
     steps = sum(p.steps for p in run.phases)
     r = PRETRAIN
     cfg = dict(size=run.size, schedule=run.schedule, total_steps=steps, mask_ratio=run.mask_ratio or 0.4,
-               data='fineweb-edu', tokenizer=DEFAULT_REAL_TOKENIZER, seq_len=r.seq_len, lr=r.lr, seed=r.seed,
+               data='fineweb-edu', data_subset=DEFAULT_FINEWEB_SUBSET, tokenizer=DEFAULT_REAL_TOKENIZER, seq_len=r.seq_len,
+               lr=r.lr, seed=r.seed,
                warmup_steps=r.warmup_steps, decay_steps=r.decay_steps, run_id=name, save_every=500,
                batch_size=r.batch_size, grad_accum=r.grad_accum,
                checkpoint_steps=','.join(str(s) for s in E3_STEPS if s < steps))

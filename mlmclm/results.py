@@ -5,40 +5,141 @@
 # %% ../nbs/03a_results.ipynb #68650fa3
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import math
+import os
+import re
+import time
+import uuid
+import zlib
+from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .core import ConfigError, read_jsonl
+from .core import (HOST, ConfigError, WriteError, append_lines, atomic_path, atomic_write_text, claim, claim_state,
+                         fs_now, git_commit, jsonl_rows, owner_alive, this_process, to_json, try_claim, utc_now,
+                         warn_lines)
 
 # %% auto #0
-__all__ = ['RESULT_KEYS', 'RESULT_COLUMNS', 'run_key', 'load_results', 'tidy_results', 'read_results', 't_interval', 'select_lr',
-           'aggregate', 'family_scores', 'lr_curve', 'lr_sensitivity', 'bootstrap_intervals']
+__all__ = ['RESULT_KEYS', 'RESULT_COLUMNS', 'PROTOCOL_AXES', 'SELECTIONS', 'DEFAULT_SELECTION', 'protocol_suffix', 'run_key',
+           'check_store_path', 'shard_dir', 'row_problem', 'scan_store', 'read_rows', 'current_rows', 'load_results',
+           'unique_runs', 'tidy_results', 'read_results', 'code_version', 'writer_id', 'StoreWriter', 'read_examples',
+           'checkpoint_identity', 'check_checkpoint_name', 'finetune_work', 'work_claim_path', 'claim_work',
+           'needs_run', 'shard_state', 'compact', 'store_health', 'describe_health', 't_interval', 'select_lr',
+           'aggregate', 'seed_family_scores', 'family_scores', 'lr_curve', 'lr_sensitivity', 'protocol_cell',
+           'protocol_cells', 'diff_interval', 'bootstrap_intervals', 'main']
 
 # %% ../nbs/03a_results.ipynb #8be1669b
 RESULT_KEYS = ('checkpoint_name', 'dataset', 'lr', 'seed')
 RESULT_COLUMNS = ['checkpoint_name', 'dataset', 'family', 'lr', 'seed', 'val_score', 'test_score', 'best_step', 'steps',
                   'source']
 
+# the fine-tuning protocol's axes that a study may vary (the protocol ablation); the paper's value first
+PROTOCOL_AXES = {'attention': ('bidirectional', 'causal'), 'pooling': ('mean', 'last', 'first')}
+
+
+def protocol_suffix(row) -> str:
+    "`|axis=value` for each protocol axis where `row` departs from the paper (empty for the paper's protocol)."
+    return ''.join(f'|{a}={row.get(a)}' for a, vals in PROTOCOL_AXES.items()
+                   if isinstance(row.get(a), str) and row.get(a) != vals[0])
+
+
 def run_key(row) -> str:
-    "A run's identity as one string: `checkpoint|dataset|lr|seed`."
-    return f"{row['checkpoint_name']}|{row['dataset']}|{row['lr']:g}|{row['seed']}"
+    """A run's identity as one string: `checkpoint|dataset|lr|seed`, plus the protocol cell when it is not the paper's
+    (so the cells of the protocol ablation are different runs, and rows of the paper's protocol keep their keys)."""
+    return f"{row['checkpoint_name']}|{row['dataset']}|{row['lr']:g}|{row['seed']}" + protocol_suffix(row)
 
 
+def check_store_path(store: str | Path) -> Path:
+    "The path of a results store to write to; refused unless it names a JSON-lines file (`.jsonl`)."
+    p = Path(store)
+    if p.suffix != '.jsonl':
+        what = 'a CSV table' if p.suffix == '.csv' else f"a '{p.suffix}' file" if p.suffix else 'a path without a suffix'
+        raise ConfigError(f'results={str(store)!r} names {what}; a results store is JSON lines: give a path ending in .jsonl')
+    return p
+
+def shard_dir(store: str | Path) -> Path: return Path(store).with_suffix('.d')
+
+def _row_files(store) -> list[Path]:
+    "Row files in the order a reader must visit them while a `compact` may run: shards, shards being merged, the main file."
+    d = shard_dir(store)
+    shards = [f for g in (d, d/'compacting') for f in sorted(g.glob('*.jsonl')) if not f.name.endswith('.scores.jsonl')]
+    return shards + [Path(store)]
+
+def _score_files(store) -> list[Path]:
+    d = shard_dir(store)
+    return [*sorted(d.glob('*.scores.jsonl')), *sorted((d/'compacting').glob('*.scores.jsonl')), Path(store).with_suffix('.scores.jsonl')]
+
+# %% ../nbs/03a_results.ipynb #850ce85c
+def _number(x) -> bool: return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+def row_problem(row: dict) -> str | None:
+    "Why `row` is not a complete result row; None if it is one."
+    missing = [k for k in (*RESULT_KEYS, 'val_score', 'test_score') if k not in row]
+    if missing: return f"missing {', '.join(missing)}"
+    for k in ('checkpoint_name', 'dataset'):
+        if not isinstance(row[k], str) or not row[k]: return f'{k}={row[k]!r} is not a name'
+    if not _number(row['lr']) or row['lr'] <= 0: return f"lr={row['lr']!r} is not a finite number > 0"
+    if not isinstance(row['seed'], int) or isinstance(row['seed'], bool) or row['seed'] < 0:
+        return f"seed={row['seed']!r} is not a whole number >= 0"
+    for k in ('val_score', 'test_score'):
+        if not _number(row[k]) or not 0 <= row[k] <= 1: return f'{k}={row[k]!r} is not a number in [0, 1]'
+    return None
+
+def _line_no(problem: str) -> int: return int(problem.split()[1].rstrip(':'))
+
+def scan_store(store: str | Path) -> tuple[list[dict], dict]:
+    "(every complete row, earliest written first; {file: ['line N: why', ...]} for the lines that are not rows)."
+    found, problems = [], {}
+    for f in _row_files(store):
+        rows, bad = jsonl_rows(f)
+        for line, row in rows:
+            if any(k.startswith('_') for k in row): continue             # a shard's header or closing line
+            why = row_problem(row)
+            if why: bad.append(f'line {line}: {why}')
+            else: found.append(row)
+        if bad: problems[f] = sorted(bad, key=_line_no)
+    return sorted(found, key=lambda r: r.get('written_at') or ''), problems   # stable: file order among equals
+
+def read_rows(store: str | Path, warn: bool = True) -> list[dict]:
+    "Every complete row of `store`, earliest written first; unreadable lines are skipped with a warning each file."
+    rows, problems = scan_store(store)
+    if warn:
+        for f, bad in problems.items(): warn_lines(f, bad, 'incomplete or unreadable')
+    return rows
+
+def current_rows(rows: list[dict]) -> dict[str, dict]:
+    "Run key -> the row that counts: the first complete row, unless a later forced re-run (`supersedes`) replaced it."
+    out = {}
+    for r in rows:
+        k = run_key(r)
+        if k not in out or r.get('supersedes'): out[k] = r
+    return out
+
+# %% ../nbs/03a_results.ipynb #3a6cb242
 def load_results(path: str | Path) -> pd.DataFrame:
-    "The results store as a DataFrame (one row per fine-tuning run; scores are fractions)."
-    rows = read_jsonl(path)
+    "The results store as a DataFrame, one row per run (the row that counts); scores are fractions."
+    rows = list(current_rows(read_rows(path)).values())
     df = pd.DataFrame(rows) if rows else pd.DataFrame(columns=RESULT_COLUMNS)
     for c in RESULT_COLUMNS:
         if c not in df: df[c] = None
     return df
 
 
+def unique_runs(results: pd.DataFrame) -> pd.DataFrame:
+    "`results` with each (checkpoint, dataset, lr, seed) once (its first row), whatever table it was built from."
+    keys = list(RESULT_KEYS) + [a for a in PROTOCOL_AXES if a in results]   # protocol cells are different runs
+    return results.drop_duplicates(subset=keys, keep='first')
+
+
 def tidy_results(results: pd.DataFrame) -> pd.DataFrame:
     "The columns figures need, sorted: the small table committed beside rendered figures."
-    df = results.copy()
+    df = unique_runs(results).copy()
     if 'source' not in df: df['source'] = 'ours'
     return df[RESULT_COLUMNS].sort_values(['checkpoint_name', 'dataset', 'lr', 'seed']).reset_index(drop=True)
 
@@ -47,8 +148,243 @@ def read_results(path: str | Path) -> pd.DataFrame:
     "A results store (.jsonl) or a tidy results table (.csv)."
     return pd.read_csv(path) if str(path).endswith('.csv') else load_results(path)
 
+# %% ../nbs/03a_results.ipynb #366f4560
+@lru_cache(maxsize=None)
+def code_version() -> str | None:
+    "The git commit of the code (12 hex digits, '+dirty' when tracked files changed); None outside a checkout."
+    g = git_commit()
+    return None if g['commit'] is None else g['commit'][:12] + ('+dirty' if g['dirty'] else '')
+
+
+def writer_id() -> str:
+    "A writer's unique name: UTC start time, host, pid and a random part (sorts by start time)."
+    host = re.sub(r'[^A-Za-z0-9.-]+', '-', HOST)[:40]
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+def _row_line(row: dict) -> str:
+    "The JSON line of a complete row; ValueError naming what is wrong otherwise."
+    why = row_problem(row)
+    if why: raise ValueError(f'refusing to store an incomplete result row ({why}): {row}')
+    bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
+    if bad: raise ValueError(f'refusing to store run {run_key(row)}: {bad} are not finite numbers (not valid JSON)')
+    return to_json(row, indent=None, allow_nan=False)
+
+
+def _scores_line(row: dict, split: str, values) -> str:
+    a = np.asarray(values, dtype='<f4')
+    if not np.isfinite(a).all(): raise ValueError(f'refusing to store run {run_key(row)}: {split} per-example scores are not finite')
+    return to_json(dict(row_id=row['row_id'], key=run_key(row), split=split, n=int(a.size),
+                        f32_zlib_b64=base64.b64encode(zlib.compress(a.tobytes(), 6)).decode()), indent=None)
+
+
+def _scores_array(entry: dict) -> np.ndarray:
+    return np.frombuffer(zlib.decompress(base64.b64decode(entry['f32_zlib_b64'])), dtype='<f4').copy()
+
+# %% ../nbs/03a_results.ipynb #13f4bc54
+class StoreWriter:
+    "This process's append-only shard of a results store (rows, and their per-example scores beside them)."
+    def __init__(self, store: str | Path, note: str = ''):
+        self.store, self.id = check_store_path(store), writer_id()
+        d = shard_dir(self.store)
+        self.rows_file, self.scores_file = d/f'{self.id}.jsonl', d/f'{self.id}.scores.jsonl'
+        self.header = to_json({'_writer': dict(this_process(), id=self.id, note=note, started=utc_now(),
+                                               code=code_version())}, indent=None)
+        self.n, self.closed = 0, False
+
+    def __enter__(self): return self
+    def __exit__(self, *exc):
+        try: self.close()
+        except OSError:
+            if exc[0] is None: raise     # after a failed write, that first error is the one to report
+
+    def append(self, rows: list[dict], supersedes: str | None = None) -> list[dict]:
+        "Stamp and append `rows` (one write, fsynced); `supersedes`: the reason of a deliberate re-run."
+        if self.closed: raise ValueError(f'writer {self.id} is closed')
+        stamped, per_example = [], []
+        for r in rows:
+            self.n += 1
+            r = dict(r, row_id=f'{self.id}/{self.n}', writer=self.id, host=HOST, written_at=utc_now())
+            if supersedes: r['supersedes'] = supersedes
+            per_example.append({k[:-len('_scores_i')]: r.pop(k) for k in [k for k in r if k.endswith('_scores_i')]})
+            stamped.append(r)
+        lines = [_row_line(r) for r in stamped]          # refuses an incomplete row before anything is written
+        score_lines = [_scores_line(r, split, v) for r, sc in zip(stamped, per_example) for split, v in sc.items()]
+        if score_lines: self._append(self.scores_file, score_lines)
+        self._append(self.rows_file, lines)
+        return stamped
+
+    def _append(self, f: Path, lines: list[str]) -> None:
+        "Append to `f` (a new file starts with the header); again into a fresh file if `compact` moved it meanwhile."
+        for _ in range(3):
+            ident = append_lines(f, ([] if f.exists() else [self.header]) + lines)
+            try: st = os.stat(f)
+            except FileNotFoundError: continue
+            if (st.st_dev, st.st_ino) == ident: return
+        raise WriteError(5, f'{f} keeps being moved away while written; are two writers using the id {self.id}?')
+
+    def close(self) -> None:
+        "Mark the shard finished (`_closed`), so `compact` may merge and remove it."
+        if not self.closed and self.rows_file.exists(): self._append(self.rows_file, [to_json({'_closed': utc_now()}, indent=None)])
+        self.closed = True
+
+# %% ../nbs/03a_results.ipynb #d594b52e
+def read_examples(store: str | Path, split: str = 'test') -> dict[str, np.ndarray]:
+    "Run key -> the per-example `split` scores ('val' or 'test') of the row that counts."
+    current = current_rows(read_rows(store, warn=False))
+    by_row = {}
+    for f in _score_files(store):
+        for _, e in jsonl_rows(f)[0]:
+            if e.get('split') == split and 'row_id' in e: by_row[e['row_id']] = e
+    legacy = Path(f'{store}.examples.npz')
+    out = dict(np.load(legacy)) if split == 'test' and legacy.is_file() else {}
+    for key, row in current.items():
+        if row.get('row_id') in by_row: out[key] = _scores_array(by_row[row['row_id']])
+    return {k: v for k, v in out.items() if k in current}
+
+# %% ../nbs/03a_results.ipynb #7b945bfb
+def checkpoint_identity(checkpoint: str) -> str:
+    "A cheap fingerprint of a checkpoint folder (see above); the id itself for a hub id or 'tiny-random'."
+    folder = Path(checkpoint)
+    if checkpoint == 'tiny-random' or not folder.is_dir(): return checkpoint if checkpoint == 'tiny-random' else f'hub:{checkpoint}'
+    h = hashlib.sha256()
+    for name in ('config.json', 'mlmclm.json'):
+        if (folder/name).is_file(): h.update(name.encode() + (folder/name).read_bytes())
+    for w in sorted([*folder.glob('*.safetensors'), *folder.glob('*.bin')]):
+        size = w.stat().st_size
+        h.update(f'{w.name}:{size}'.encode())
+        with open(w, 'rb') as f:
+            for i in range(16):
+                f.seek(size * i // 16); h.update(f.read(65536))
+    return h.hexdigest()[:16]
+
+
+def check_checkpoint_name(current: dict, name: str, identity: str, store) -> None:
+    "Refuse rows under `name` for a checkpoint other than the one the store already holds under that name."
+    other = next((r for r in current.values() if r['checkpoint_name'] == name and r.get('checkpoint_id') not in (None, identity)), None)
+    if other is not None:
+        raise ConfigError(f"checkpoint_name={name!r} is already in {store} for another checkpoint ({other.get('checkpoint')}, "
+                          f"id {other['checkpoint_id']}; this one is {identity}): give this checkpoint its own "
+                          f"checkpoint_name, or re-run with force='<reason>' to supersede those rows")
+
+# %% ../nbs/03a_results.ipynb #a0764335
+def finetune_work(checkpoint_name: str, train_task: str, lr: float, seed: int) -> str:
+    "The name of one unit of fine-tuning work: a checkpoint trained on one task with one LR and seed."
+    return f'{checkpoint_name}|train={train_task}|{lr:g}|{seed}'
+
+
+def work_claim_path(store: str | Path, work: str) -> Path:
+    "The claim file of `work` in `store`'s claims folder (readable name, plus a hash that keeps it unique)."
+    safe = re.sub(r'[^A-Za-z0-9._=-]+', '_', work)[:80]
+    return shard_dir(store)/'claims'/f"{safe}-{hashlib.sha1(work.encode()).hexdigest()[:8]}.claim"
+
+
+@contextmanager
+def claim_work(store: str | Path, work: str, lease_s: float = 1800.0):
+    "Claim `work` on `store` for the block; yields False (holding nothing) when a live worker has it."
+    held = try_claim(work_claim_path(store, work), lease_s, note=work)
+    try: yield held is not None
+    finally:
+        if held is not None: held.release()
+
+
+def needs_run(current: dict, keys: list[str], force: str | None = None) -> bool:
+    "Whether any of `keys` lacks a row that counts (with `force`: a row of a re-run with that reason)."
+    return any(k not in current or (force and current[k].get('supersedes') != force) for k in keys)
+
+# %% ../nbs/03a_results.ipynb #94168900
+def shard_state(f: Path, abandoned_after_s: float | None = None, now: float | None = None) -> str:
+    "'closed', 'dead' (its writer no longer runs on this host), 'abandoned' (silent too long) or 'open'."
+    rows = [r for _, r in jsonl_rows(f)[0]]
+    if any('_closed' in r for r in rows): return 'closed'
+    header = next((r['_writer'] for r in rows if '_writer' in r), None)
+    if owner_alive(header) is False: return 'dead'
+    if abandoned_after_s is not None and now is not None:
+        try:
+            if now - f.stat().st_mtime > abandoned_after_s: return 'abandoned'
+        except FileNotFoundError: pass
+    return 'open'
+
+
+def _merge(target: Path, sources: list[Path], is_row) -> tuple[list[str], list[str]]:
+    "Rewrite `target` with its lines and those of `sources`, each row once; returns (kept lines, rejected lines)."
+    kept, seen, rejected = [], set(), []
+    for f in [target, *sources]:
+        try: raw = f.read_bytes().split(b'\n')
+        except FileNotFoundError: continue
+        rows, problems = jsonl_rows(f)
+        rejected += [f'{f.name}:{p}\n    {raw[_line_no(p) - 1].decode("utf-8", "backslashreplace")}' for p in problems]
+        if raw[-1].strip() and (not rows or rows[-1][0] != len(raw)):
+            rejected.append(f'{f.name}:line {len(raw)}: torn last line\n    {raw[-1].decode("utf-8", "backslashreplace")}')
+        for line, r in rows:
+            if any(k.startswith('_') for k in r): continue
+            why = is_row(r)
+            if why: rejected.append(f'{f.name}:line {line}: {why}\n    {to_json(r, indent=None)}'); continue
+            ident = r.get('row_id') or to_json(r, indent=None)
+            if ident not in seen: seen.add(ident); kept.append(to_json(r, indent=None))
+    if sources or rejected:
+        with atomic_path(target) as tmp: Path(tmp).write_text(''.join(l + '\n' for l in kept), encoding='utf-8')
+    return kept, rejected
+
+
+def compact(store: str | Path, abandoned_after_s: float | None = None) -> dict:
+    "Merge finished writers' shards into `store` (replaced atomically) and remove them; safe while writers run."
+    store = check_store_path(store); d = shard_dir(store); moving = d/'compacting'
+    with claim(d/'claims'/'compact.claim', lease_s=600, note='compact'):
+        now = fs_now(d)
+        taken = [f for f in _row_files(store)[:-1] if f.parent == d and shard_state(f, abandoned_after_s, now) != 'open']
+        moving.mkdir(exist_ok=True)
+        for f in taken:
+            for g in (f, f.with_suffix('.scores.jsonl')):
+                if g.exists(): os.replace(g, moving/g.name)
+        sources = sorted(moving.glob('*.jsonl'))
+        rows, rejected = _merge(store, [f for f in sources if not f.name.endswith('.scores.jsonl')], row_problem)
+        _, rejected_scores = _merge(store.with_suffix('.scores.jsonl'), [f for f in sources if f.name.endswith('.scores.jsonl')],
+                                    lambda e: None if {'row_id', 'f32_zlib_b64'} <= set(e) else 'not a scores entry')
+        rejected += rejected_scores
+        if rejected: atomic_write_text(d/f"rejected-{writer_id()}.txt", '\n'.join(rejected) + '\n')
+        for f in sources: f.unlink()
+    return dict(shards=len(taken), rows=len(rows), rejected=len(rejected))
+
+# %% ../nbs/03a_results.ipynb #6da1fa82
+def store_health(store: str | Path, lease_s: float = 1800.0) -> dict:
+    "What a store holds: rows, runs, duplicates, superseded rows, unreadable lines, shards and claims by state."
+    rows, problems = scan_store(store)
+    current = current_rows(rows)
+    d = shard_dir(store)
+    shards = [f for f in _row_files(store)[:-1] if f.parent == d]
+    claims = sorted((d/'claims').glob('*.claim')) if d.is_dir() else []
+    count = lambda xs: {k: xs.count(k) for k in sorted(set(xs))}
+    return dict(store=str(store), rows=len(rows), runs=len(current),
+                superseded=sum(1 for r in rows if r.get('supersedes') and current[run_key(r)] is r),
+                duplicates=len(rows) - len(current) - sum(1 for r in rows if r.get('supersedes')),
+                unreadable={str(f): len(p) for f, p in problems.items()}, shards=count([shard_state(f) for f in shards]),
+                interrupted_compaction=len(list((d/'compacting').glob('*.jsonl'))) if d.is_dir() else 0,
+                claims=count([claim_state(c, lease_s)[0] for c in claims]))
+
+
+def _counts(c: dict) -> str: return ', '.join(f'{n} {k}' for k, n in c.items()) or 'none'
+
+def describe_health(h: dict) -> str:
+    "The health report as printed by `python -m mlmclm.results health`."
+    lines = [f"store {h['store']}", f"  runs {h['runs']:,} from {h['rows']:,} complete rows "
+             f"({h['duplicates']:,} duplicates counted once, {h['superseded']:,} runs re-run with --force)",
+             f"  shards: {_counts(h['shards'])}; claims: {_counts(h['claims'])}"]
+    if h['unreadable']:
+        lines += ['  skipped lines (not complete rows; see the warnings of load_results):']
+        lines += [f'    {f}: {n}' for f, n in h['unreadable'].items()]
+    if h['interrupted_compaction']: lines.append(f"  {h['interrupted_compaction']} shards in compacting/: run compact again")
+    if h['shards'].get('dead') or h['shards'].get('closed'): lines.append('  compact would merge the closed and dead shards')
+    return '\n'.join(lines)
+
 # %% ../nbs/03a_results.ipynb #17aba356
+SELECTIONS = {'per_seed': "each seed's own best LR on validation; test mean and 95% t-interval over seeds of these per-seed scores",
+              'mean': 'the LR with the best seed-mean validation score; test mean and 95% t-interval over seeds at that LR'}
+DEFAULT_SELECTION = 'per_seed'   # reproduces the paper's printed SC scores from the authors' runs (see above)
+
+
 def t_interval(values) -> tuple[float, float, float]:
+    "(mean, low, high): the 95% t-interval of the mean of `values` (NaN bounds below two values)."
     from scipy import stats
     v = np.asarray([x for x in values if x is not None and not pd.isna(x)], dtype=float)
     if len(v) == 0: return (np.nan, np.nan, np.nan)
@@ -58,11 +394,15 @@ def t_interval(values) -> tuple[float, float, float]:
     return (m, m - half, m + half)
 
 
-def select_lr(results: pd.DataFrame, selection: str) -> pd.DataFrame:
+def select_lr(results: pd.DataFrame,
+              selection: str = DEFAULT_SELECTION,  # 'per_seed' or 'mean' (see `SELECTIONS`)
+             ) -> pd.DataFrame:
     "One row per (checkpoint, dataset, seed): the test score at the selected learning rate."
-    if selection not in ('mean', 'per_seed'): raise ConfigError(f"selection={selection!r}; choose 'mean' or 'per_seed'")
-    df = results.dropna(subset=['val_score'])
+    if selection not in SELECTIONS: raise ConfigError(f'selection={selection!r}; choose one of {list(SELECTIONS)}')
+    df = unique_runs(results).dropna(subset=['val_score'])   # a run stored twice is one run, not two seeds
     keys = ['checkpoint_name', 'dataset']
+    # sorted, so that a tie in validation goes to the smaller LR whatever order the store holds the rows in
+    df = results.dropna(subset=['val_score']).sort_values(keys + ['seed', 'lr']).reset_index(drop=True)
     if selection == 'mean':
         lr_means = df.groupby(keys + ['lr'], as_index=False).val_score.mean()
         best = lr_means.loc[lr_means.groupby(keys).val_score.idxmax(), keys + ['lr']]
@@ -70,8 +410,8 @@ def select_lr(results: pd.DataFrame, selection: str) -> pd.DataFrame:
     return df.loc[df.groupby(keys + ['seed']).val_score.idxmax()]
 
 
-def aggregate(results: pd.DataFrame, selection: str = 'mean') -> pd.DataFrame:
-    "Per (checkpoint, dataset): family, selected LR, test mean, 95% CI and number of seeds (fractions)."
+def aggregate(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
+    "Per (checkpoint, dataset): family, selected LR (`mean` only), test mean, 95% CI and number of seeds (fractions)."
     sel = select_lr(results, selection)
     rows = []
     for (ck, ds), g in sel.groupby(['checkpoint_name', 'dataset']):
@@ -81,13 +421,19 @@ def aggregate(results: pd.DataFrame, selection: str = 'mean') -> pd.DataFrame:
     return pd.DataFrame(rows, columns=['checkpoint', 'dataset', 'family', 'best_lr', 'score', 'ci_low', 'ci_high', 'n_seeds'])
 
 
-def family_scores(results: pd.DataFrame, selection: str = 'mean') -> pd.DataFrame:
-    "Per (checkpoint, family): mean over its datasets, CI over seeds of the per-seed family mean."
+def seed_family_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
+    "Per (checkpoint, family, seed): the mean over the family's datasets of the seed's selected test scores."
     sel = select_lr(results, selection)
-    per_seed = sel.groupby(['checkpoint_name', 'family', 'seed']).test_score.mean().reset_index()
-    n_ds = sel.groupby(['checkpoint_name', 'family']).dataset.nunique()
+    out = sel.groupby(['checkpoint_name', 'family', 'seed']).agg(test_score=('test_score', 'mean'),
+                                                                  n_datasets=('dataset', 'nunique')).reset_index()
+    return out.rename(columns={'checkpoint_name': 'checkpoint'})
+
+
+def family_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
+    "Per (checkpoint, family): mean over its datasets, CI over seeds of the per-seed family mean."
+    n_ds = select_lr(results, selection).groupby(['checkpoint_name', 'family']).dataset.nunique()
     rows = []
-    for (ck, fam), g in per_seed.groupby(['checkpoint_name', 'family']):
+    for (ck, fam), g in seed_family_scores(results, selection).groupby(['checkpoint', 'family']):
         m, lo, hi = t_interval(g.test_score)
         rows.append(dict(checkpoint=ck, family=fam, score=m, ci_low=lo, ci_high=hi, n_seeds=len(g), n_datasets=int(n_ds[(ck, fam)])))
     return pd.DataFrame(rows, columns=['checkpoint', 'family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets'])
@@ -95,7 +441,7 @@ def family_scores(results: pd.DataFrame, selection: str = 'mean') -> pd.DataFram
 
 def lr_curve(results: pd.DataFrame) -> pd.DataFrame:
     "Seed-mean test score at each LR, averaged over a family's datasets: (checkpoint, family, lr, score)."
-    per_ds = results.groupby(['checkpoint_name', 'family', 'dataset', 'lr'], as_index=False).test_score.mean()
+    per_ds = unique_runs(results).groupby(['checkpoint_name', 'family', 'dataset', 'lr'], as_index=False).test_score.mean()
     out = per_ds.groupby(['checkpoint_name', 'family', 'lr'], as_index=False).test_score.mean()
     return out.rename(columns={'checkpoint_name': 'checkpoint', 'test_score': 'score'})
 
@@ -107,8 +453,43 @@ def lr_sensitivity(results: pd.DataFrame) -> pd.DataFrame:
     out = (g.max() - g.mean()) * 100 * g.count() / (g.count() - 1).clip(lower=1)
     return out.rename('lr_sensitivity').reset_index()
 
+# %% ../nbs/03a_results.ipynb #1f6574b0
+def protocol_cell(results: pd.DataFrame, **cell) -> pd.DataFrame:
+    "The rows fine-tuned under `cell` (e.g. `attention='causal', pooling='last'`); an axis not named: the paper's value."
+    unknown = set(cell) - set(PROTOCOL_AXES)
+    if unknown: raise ConfigError(f'unknown protocol axis {sorted(unknown)}; choose from {list(PROTOCOL_AXES)}')
+    keep = pd.Series(True, index=results.index)
+    for axis, values in PROTOCOL_AXES.items():
+        want = cell.get(axis, values[0])
+        if want not in values: raise ConfigError(f'{axis}={want!r}; choose one of {list(values)}')
+        keep &= results[axis].fillna(values[0]).eq(want) if axis in results else want == values[0]
+    return results[keep]
+
+
+def protocol_cells(results: pd.DataFrame) -> list[dict]:
+    "The protocol cells present in `results`, in grid order (the paper's first)."
+    cols = {a: results[a].fillna(v[0]) if a in results else pd.Series(v[0], index=results.index)
+            for a, v in PROTOCOL_AXES.items()}
+    present = set(zip(*cols.values())) if len(results) else set()
+    rank = lambda cell: tuple(v.index(x) if x in v else len(v) for x, v in zip(cell, PROTOCOL_AXES.values()))
+    return [dict(zip(PROTOCOL_AXES, c)) for c in sorted(present, key=lambda c: (rank(c), c))]
+
+
+def diff_interval(a, b) -> tuple[float, float, float]:
+    "(mean(a) - mean(b), low, high): Welch's 95% t-interval for the difference of two independent means."
+    from scipy import stats
+    a, b = (np.asarray([x for x in v if x is not None and not pd.isna(x)], dtype=float) for v in (a, b))
+    if not len(a) or not len(b): return (np.nan, np.nan, np.nan)
+    d = float(a.mean() - b.mean())
+    if len(a) < 2 or len(b) < 2: return (d, np.nan, np.nan)
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    if va + vb == 0: return (d, d, d)
+    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))   # Welch-Satterthwaite
+    half = float(stats.t.ppf(0.975, dof) * math.sqrt(va + vb))
+    return (d, d - half, d + half)
+
 # %% ../nbs/03a_results.ipynb #2b105f53
-def bootstrap_intervals(results: pd.DataFrame, examples: dict, selection: str = 'mean', n_boot: int = 1000,
+def bootstrap_intervals(results: pd.DataFrame, examples: dict, selection: str = DEFAULT_SELECTION, n_boot: int = 1000,
                         seed: int = 0) -> pd.DataFrame:
     "Per (checkpoint, dataset): seed-mean test score at the selected LR with a bootstrap 95% interval (fractions)."
     sel = select_lr(results, selection)
@@ -125,3 +506,22 @@ def bootstrap_intervals(results: pd.DataFrame, examples: dict, selection: str = 
         rows.append(dict(checkpoint=ck, dataset=ds, score=float(m.mean()), boot_low=float(np.quantile(boots, 0.025)),
                          boot_high=float(np.quantile(boots, 0.975))))
     return pd.DataFrame(rows)
+
+# %% ../nbs/03a_results.ipynb #881d8f7f
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    p = argparse.ArgumentParser(prog='python -m mlmclm.results', description='Check or compact a results store.')
+    sub = p.add_subparsers(dest='command', required=True)
+    h = sub.add_parser('health', help='rows, runs, duplicates, unreadable lines, shards and claims')
+    h.add_argument('store'); h.add_argument('--lease-s', type=float, default=1800.0, help='claim lease (seconds)')
+    c = sub.add_parser('compact', help="merge finished writers' shards into the main file (safe while writers run)")
+    c.add_argument('store')
+    c.add_argument('--abandoned-after', type=float, help='also take open shards silent this many seconds')
+    args = p.parse_args(argv)
+    try:
+        if args.command == 'health': print(describe_health(store_health(args.store, args.lease_s)))
+        else: print(compact(args.store, args.abandoned_after))
+    except (ConfigError, OSError) as e: p.exit(2, f'error: {e}\n')
+
+# %% ../nbs/03a_results.ipynb #5e039ae4
+if __name__ == '__main__' and not hasattr(__import__('builtins'), '__IPYTHON__'): main()

@@ -8,23 +8,29 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fnmatch
+import functools
+import itertools
 import json
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .core import ConfigError, atomic_write_text, project_root, read_json
-from .vocab import (EMBEDDED_TASKS, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PRETRAIN, Phase, RunName,
-                          paper_experiments, parse_run_name, run_name)
+from .core import ConfigError, atomic_write_text, project_root, read_json, run_claim_path
+from .vocab import (EMBEDDED_TASKS, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN, Phase,
+                          RunName, describe_checkpoint, paper_experiments, parse_run_name, run_name)
+from .results import PROTOCOL_AXES
 from .model import MODEL_SIZES, model_config
 from .objectives import flops_per_token
 
 # %% auto #0
-__all__ = ['DEMO_SCALE', 'DEMO_PRETRAIN', 'DEMO_FINETUNE', 'PRESETS', 'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan',
-           'build_plan', 'intermediate_datasets', 'paper_plan', 'Costs', 'run_flops', 'finetune_flops', 'estimate',
-           'select', 'demo_experiments', 'demo_plan', 'checkpoint_dir', 'pretrain_params', 'runnable_notebook',
-           'run_notebook', 'finetune_jobs', 'accelerate_command', 'submit_finetune_array', 'finetune_params', 'launch',
+__all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_PRETRAIN', 'DEMO_FINETUNE', 'ABLATION_CHECKPOINTS', 'PRESETS', 'PlannedRun',
+           'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets', 'paper_plan', 'Costs',
+           'run_flops', 'finetune_flops', 'estimate', 'select', 'demo_experiments', 'demo_plan',
+           'protocol_ablation_plan', 'checkpoint_dir', 'pretrain_params', 'runnable_notebook', 'run_notebook',
+           'finetune_jobs', 'paper_grad_accum', 'accelerate_command', 'job_keys', 'job_work', 'submit_finetune_array',
+           'study_status', 'PretrainJob', 'pretrain_job_specs', 'submit_pretrain_jobs', 'finetune_params', 'launch',
            'get_plan', 'describe', 'main']
 
 # %% ../nbs/04_study.ipynb #59d3ae7e
@@ -51,10 +57,16 @@ class PlannedRun:
 
 @dataclass(frozen=True)
 class EvalPoint:
-    name: str            # the checkpoint's released name (with '-<step>' for intermediate ones)
-    run: str             # the run it comes from
+    name: str            # the checkpoint's released name (with '-<step>' for intermediate ones); unique in a plan
+    run: str | None      # the run it comes from (None: a checkpoint from outside the study, see `source`)
     step: int            # its step within that run
     datasets: tuple      # datasets it is fine-tuned on
+    source: str | None = None           # a folder or hub id to fine-tune instead of the study's own checkpoint
+    checkpoint_name: str | None = None  # name recorded in the results (default: `name`)
+    protocol: tuple = ()                # fine-tuning settings of this point, as sorted (key, value) pairs
+
+    @property
+    def recorded_name(self) -> str: return self.checkpoint_name or self.name
 
 # %% ../nbs/04_study.ipynb #e1c6aa02
 def _shared_prefix(a: tuple, b: tuple) -> int:
@@ -88,9 +100,13 @@ class StudyPlan:
     decay_steps: int = 2000
     pretrain_overrides: dict = field(default_factory=dict)   # extra PretrainConfig values (demo: tiny, embedded)
     finetune_overrides: dict = field(default_factory=dict)   # extra fine-tuning values
+    note: str = ''                  # printed by `describe` (e.g. how to get a cheaper variant)
 
     @property
-    def final_models(self) -> list[str]: return [e.name for e in self.evals if e.step == self.runs[e.run].total_steps]
+    def final_models(self) -> list[str]:
+        "Evaluated models at the end of their run (outside checkpoints count as final), once each."
+        return list(dict.fromkeys(e.recorded_name for e in self.evals
+                                  if e.run is None or e.step == self.runs[e.run].total_steps))
 
     def finetune_runs(self):
         "Every (checkpoint, dataset, lr, seed) of the grid."
@@ -101,7 +117,9 @@ class StudyPlan:
 
     def counts(self) -> dict:
         return dict(pretraining_runs=len(self.runs), final_models=len(self.final_models),
-                    evaluated_checkpoints=len(self.evals), finetuning_runs=sum(1 for _ in self.finetune_runs()))
+                    evaluated_checkpoints=len({e.recorded_name for e in self.evals}),
+                    protocol_cells=len({e.protocol for e in self.evals}),
+                    finetuning_runs=sum(1 for _ in self.finetune_runs()))
 
 
 def build_plan(preset: str, experiments: dict[str, list[str]], datasets_final: tuple, datasets_intermediate: tuple,
@@ -157,15 +175,21 @@ def intermediate_datasets() -> tuple:
     return tuple(ds[0] for ds in PAPER_DATASETS.values())
 
 
-def paper_plan(intermediate: str = 'one-per-family',  # or 'all': intermediate checkpoints on all 12 datasets
-               appendix: bool = False,                # add the 1B biphasic run of the appendix
+INTERMEDIATE = {'all': 'intermediate checkpoints on all 12 datasets, as in the authors\' published results',
+                'one-per-family': 'intermediate checkpoints on one dataset per family (the cheaper 15,120-run grid)'}
+
+def paper_plan(intermediate: str = 'all',   # 'all' (the authors' grid) or 'one-per-family' (cheaper)
+               appendix: bool = False,      # add the 1B biphasic run of the appendix
               ) -> StudyPlan:
     "The full grid of the paper."
-    if intermediate not in ('one-per-family', 'all'):
-        raise ConfigError(f"intermediate={intermediate!r}; choose 'one-per-family' or 'all'")
-    every = tuple(d for ds in PAPER_DATASETS.values() for d in ds)
-    return build_plan('paper+appendix' if appendix else 'paper', paper_experiments(appendix), every,
-                      intermediate_datasets() if intermediate == 'one-per-family' else every, PAPER_LRS, PAPER_SEEDS)
+    if intermediate not in INTERMEDIATE:
+        raise ConfigError(f'intermediate={intermediate!r}; choose one of {list(INTERMEDIATE)}')
+    preset = ('paper+appendix' if appendix else 'paper') + ('-15120' if intermediate == 'one-per-family' else '')
+    note = INTERMEDIATE[intermediate] + ('; `--preset paper-15120` plans intermediate checkpoints on one dataset per '
+                                         'family (15,120 runs)' if intermediate == 'all' and not appendix else '')
+    return build_plan(preset, paper_experiments(appendix), PAPER_TASKS,
+                      intermediate_datasets() if intermediate == 'one-per-family' else PAPER_TASKS, PAPER_LRS,
+                      PAPER_SEEDS, note=note)
 
 # %% ../nbs/04_study.ipynb #ba4fc2ab
 @dataclass
@@ -179,13 +203,18 @@ class Costs:
     example_tokens: dict = field(default_factory=lambda: dict(SC=64, TC=48, QA=384, IR=256))  # rough, per example
 
 
+@functools.lru_cache(maxsize=None)
+def _flops_per_token(size: str, seq_len: int, objective: str, mask_ratio: float) -> float:
+    return flops_per_token(model_config(size), seq_len, objective, mask_ratio)   # builds a meta model: once per shape
+
+
 def run_flops(plan: StudyPlan, run: PlannedRun, costs: Costs = Costs(), size: str | None = None) -> float:
     "Training FLOPs of the steps `run` trains itself."
-    cfg = model_config(size or run.spec.size)
     flops, step = 0.0, 0
     for p in run.spec.phases:
         trained = max(0, step + p.steps - max(step, run.first_step))
-        flops += trained * costs.tokens_per_step * flops_per_token(cfg, costs.seq_len, p.objective, p.mask_ratio or 0.4)
+        flops += trained * costs.tokens_per_step * _flops_per_token(size or run.spec.size, costs.seq_len, p.objective,
+                                                                   p.mask_ratio or 0.4)
         step += p.steps
     return flops * plan.step_scale
 
@@ -194,11 +223,16 @@ def _family(dataset: str) -> str:
     return next((f for f, ds in PAPER_DATASETS.items() if dataset in ds), 'SC')
 
 
+def _eval_size(plan: StudyPlan, e: EvalPoint) -> str:
+    "The model size of an evaluation point: its run's, or the one its released name states."
+    return plan.runs[e.run].spec.size if e.run is not None else parse_run_name(e.recorded_name).size
+
+
 def finetune_flops(plan: StudyPlan, costs: Costs = Costs()) -> float:
     "Fine-tuning FLOPs of the whole grid (retrievers trained once for their three evaluation sets)."
     total = 0.0
     for e in plan.evals:
-        n_body = _body_params(plan.runs[e.run].spec.size)
+        n_body = _body_params(_eval_size(plan, e))
         trainings = {('IR' if _family(d) == 'IR' else d) for d in e.datasets}
         for t in trainings:
             tokens = costs.finetune_steps * costs.finetune_batch * costs.example_tokens['IR' if t == 'IR' else _family(t)]
@@ -206,6 +240,7 @@ def finetune_flops(plan: StudyPlan, costs: Costs = Costs()) -> float:
     return total
 
 
+@functools.lru_cache(maxsize=None)
 def _body_params(size: str) -> int:
     import torch
     from mlmclm.model import Transformer
@@ -230,12 +265,12 @@ def select(plan: StudyPlan, experiments: list[str] | None = None, sizes: list[st
     known = {x for r in plan.runs.values() for x in r.experiments}
     for x in experiments or []:
         if x not in known: raise ConfigError(f'unknown experiment {x!r}; choose from {sorted(known)}')
+    plan_sizes = {_eval_size(plan, e) for e in plan.evals}
     for s in sizes or []:
-        if s not in {r.spec.size for r in plan.runs.values()}:
-            raise ConfigError(f'unknown size {s!r}; the plan has {sorted({r.spec.size for r in plan.runs.values()})}')
+        if s not in plan_sizes: raise ConfigError(f'unknown size {s!r}; the plan has {sorted(plan_sizes)}')
     def wanted(e):
-        run = plan.runs[e.run]
-        return ((not experiments or run.experiments & set(experiments)) and (not sizes or run.spec.size in sizes)
+        used_by = plan.runs[e.run].experiments if e.run is not None else set()
+        return ((not experiments or used_by & set(experiments)) and (not sizes or _eval_size(plan, e) in sizes)
                 and (not pattern or fnmatch.fnmatch(e.name, pattern)))
     evals = [e for e in plan.evals if wanted(e)]
     if not evals: raise ConfigError(f'the selection (experiments={experiments}, sizes={sizes}, pattern={pattern!r}) is empty')
@@ -266,6 +301,40 @@ def demo_plan(datasets: tuple | None = None, lrs: tuple = (1e-4, 1e-3), seeds: t
         datasets = tuple(EMBEDDED_TASKS)
     return build_plan('demo', demo_experiments(), datasets, datasets, lrs, seeds, step_scale=DEMO_SCALE,
                       pretrain_overrides=DEMO_PRETRAIN, finetune_overrides=DEMO_FINETUNE)
+
+# %% ../nbs/04_study.ipynb #72df18a1
+ABLATION_CHECKPOINTS = ('MLMvsCLM/610m-clm-42k', 'MLMvsCLM/610m-mlm40-42k')
+
+def _ablation_name(source: str) -> str:
+    name = Path(str(source).rstrip('/')).name
+    try: spec = parse_run_name(name)
+    except ValueError: raise ConfigError(f'checkpoint {source!r}: its last component must be a released name such as '
+                                         f'"610m-clm-42k" (it says which model it is)') from None
+    if spec.size not in MODEL_SIZES: raise ConfigError(f'checkpoint {source!r}: unknown size {spec.size!r}')
+    return name
+
+
+def protocol_ablation_plan(checkpoints: tuple = ABLATION_CHECKPOINTS,  # hub ids or folders named like released models
+                           datasets: tuple = PAPER_TASKS,               # fine-tuning datasets
+                           lrs: tuple = PAPER_LRS, seeds: tuple = PAPER_SEEDS,
+                           **axes,   # a subset of values per axis of PROTOCOL_AXES, e.g. pooling=('mean', 'last')
+                          ) -> StudyPlan:
+    "Fine-tune `checkpoints` under every cell of the attention × pooling grid; no pretraining."
+    unknown = set(axes) - set(PROTOCOL_AXES)
+    if unknown: raise ConfigError(f'unknown protocol axis {sorted(unknown)}; choose from {list(PROTOCOL_AXES)}')
+    values = {a: tuple(axes.get(a, allowed)) for a, allowed in PROTOCOL_AXES.items()}
+    for a, vs in values.items():
+        bad = [v for v in vs if v not in PROTOCOL_AXES[a]]
+        if bad or not vs: raise ConfigError(f'{a}={vs!r}; choose from {list(PROTOCOL_AXES[a])}')
+    evals = []
+    for source in checkpoints:
+        name = _ablation_name(source)
+        for cell in itertools.product(*values.values()):
+            protocol = tuple(sorted(zip(values, cell)))
+            evals.append(EvalPoint(f"{name}@{'-'.join(cell)}", None, parse_run_name(name).total_steps, tuple(datasets),
+                                   source=str(source), checkpoint_name=name, protocol=protocol))
+    return StudyPlan('protocol-ablation', {}, evals, tuple(lrs), tuple(seeds),
+                     note='fine-tuning only: ' + ' x '.join(f'{a} {{{", ".join(v)}}}' for a, v in values.items()))
 
 # %% ../nbs/04_study.ipynb #f5ee2c4f
 def _scaled(plan: StudyPlan, steps: int) -> int:
@@ -338,17 +407,21 @@ def finetune_jobs(plan: StudyPlan) -> list[dict]:
     return jobs
 
 # %% ../nbs/04_study.ipynb #a51c1064
+def paper_grad_accum(batch_size: int, world: int) -> int:
+    "Micro-batches per step that keep the paper's 2,304 sequences per step with `world` processes of `batch_size` rows."
+    if 2304 % (batch_size * world):
+        raise ConfigError(f"batch_size={batch_size} x {world} processes does not divide the paper's "
+                          f"2304 sequences per step; choose a GPU count that does")
+    return 2304 // (batch_size * world)
+
+# %% ../nbs/04_study.ipynb #cbaa5493
 def accelerate_command(plan: StudyPlan, run: PlannedRun, root: Path, num_processes: int = 8, num_machines: int = 1,
                        extra: str = '') -> str:
     "The `accelerate launch` command line that trains `run` (paths inside the study folder `root`)."
     import shlex
     params = pretrain_params(plan, run, root)
     if plan.preset.startswith('paper'):   # keep the paper's 2,304 sequences per step on any GPU count
-        world = num_processes * num_machines
-        if 2304 % (params['batch_size'] * world):
-            raise ConfigError(f"batch_size={params['batch_size']} x {world} processes does not divide the paper's "
-                              f"2304 sequences per step; choose a GPU count that does")
-        params['grad_accum'] = 2304 // (params['batch_size'] * world)
+        params['grad_accum'] = paper_grad_accum(params['batch_size'], num_processes * num_machines)
     args = ' '.join(shlex.quote(f'{k}={v}') for k, v in params.items() if v is not None)
     return (f'accelerate launch --num_processes {num_processes * num_machines} --num_machines {num_machines} '
             f'{extra}-m mlmclm.pretrain run {args}').replace('  ', ' ')
@@ -364,32 +437,151 @@ def _finetune_job(job: dict, root: str, plan_preset: str, overrides: dict) -> st
     return str(run_notebook('03b_finetune.ipynb', 'mlmclm.finetune', params, out))
 
 
+def job_keys(job: dict) -> list[str]:
+    "The run keys of the result rows one fine-tuning job writes."
+    from mlmclm.results import run_key
+    return [run_key(dict(checkpoint_name=job['checkpoint'], dataset=t, lr=job['lr'], seed=job['seed'])) for t in job['tasks'].split(',')]
+
+
+def job_work(job: dict) -> str:
+    "The unit of work a fine-tuning job claims (the sweep's `finetune_work`: checkpoint, training set, LR, seed)."
+    from mlmclm.results import finetune_work
+    from mlmclm.tasks import TASKS
+    first = job['tasks'].split(',')[0]
+    return finetune_work(job['checkpoint'], TASKS[first].train_on or first if first in TASKS else first, job['lr'], job['seed'])
+
+
 def submit_finetune_array(plan: StudyPlan, root: Path, folder: Path, overrides: dict | None = None,
+                          include_done: bool = False,  # also submit jobs whose rows are all in the store
                           **slurm) -> list:
-    "Submit the fine-tuning grid as one Slurm job array (submitit); `slurm`: e.g. slurm_partition, gpus_per_node."
+    "Submit the fine-tuning grid's missing jobs as one Slurm job array (submitit); `slurm`: e.g. slurm_partition."
     import submitit
+    from mlmclm.results import current_rows, needs_run, read_rows
+    jobs = finetune_jobs(plan)
+    if not include_done:
+        current = current_rows(read_rows(Path(root)/'results.jsonl'))
+        jobs = [j for j in jobs if needs_run(current, job_keys(j))]
+    if not jobs: return []
     executor = submitit.AutoExecutor(folder=str(folder))
     executor.update_parameters(**{'timeout_min': 120, 'gpus_per_node': 1, **slurm})
-    jobs = finetune_jobs(plan)
     return executor.map_array(_finetune_job, jobs, [str(root)] * len(jobs), [plan.preset] * len(jobs),
                               [overrides or {}] * len(jobs))
 
+# %% ../nbs/04_study.ipynb #a8f947af
+def _state(claim_file: Path, lease_s: float) -> str:
+    from mlmclm.core import claim_state
+    return {'free': 'to_do'}.get(s := claim_state(claim_file, lease_s)[0], s)
+
+
+def study_status(plan: StudyPlan, root: str | Path, lease_s: float = 1800.0) -> 'pd.DataFrame':
+    "Per experiment and stage: runs done, running, stale (claimed by a worker that is gone) and to do."
+    import pandas as pd
+    from mlmclm.results import current_rows, read_rows, work_claim_path
+    root, store = Path(root), Path(root)/'results.jsonl'
+    current = current_rows(read_rows(store))
+    pre = {name: 'done' if (root/name/'done.json').is_file() else _state(run_claim_path(root, name), lease_s)
+           for name in plan.runs}
+    jobs = [(j, 'done' if all(k in current for k in job_keys(j)) else _state(work_claim_path(store, job_work(j)), lease_s))
+            for j in finetune_jobs(plan)]
+    rows = []
+    for x in sorted({x for r in plan.runs.values() for x in r.experiments}):
+        for stage, states in (('pretrain', [s for n, s in pre.items() if x in plan.runs[n].experiments]),
+                              ('finetune', [s for j, s in jobs if x in plan.runs[j['run']].experiments])):
+            rows.append(dict(experiment=x, stage=stage, **{k: states.count(k) for k in ('done', 'running', 'stale', 'to_do')}))
+    return pd.DataFrame(rows)
+
+# %% ../nbs/04_study.ipynb #e95932b6
+class PretrainJob:
+    "One pretraining run as a `submitit` job: every Slurm task calls it; on preemption or timeout `checkpoint` requeues it."
+    def __init__(self, params: dict): self.params = params     # flat `PretrainConfig` values
+
+    def __call__(self) -> str:
+        import os
+        from mlmclm.core import build_config
+        from mlmclm.pretrain import PretrainConfig, pretrain
+        if int(os.environ.get('SLURM_NTASKS', '1')) > 1:   # one run over all tasks of the job
+            import submitit
+            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        return str(pretrain(build_config(PretrainConfig, self.params)))
+
+    def checkpoint(self, *args, **kwargs):
+        "What `submitit` requeues: the same run, which resumes from its saved state."
+        import submitit
+        return submitit.helpers.DelayedSubmission(PretrainJob(dict(self.params)))
+
+
+def pretrain_job_specs(plan: StudyPlan, root: Path,
+                       nodes: int = 1, gpus_per_node: int = 8,   # the job's size: one task per GPU
+                       timeout_min: int = 24 * 60,              # Slurm's time limit; the job requeues itself at it
+                       partition: str | None = None) -> list[dict]:
+    "One dict per pretraining run without `done.json`, parents first: run, parameters, `SlurmExecutor` settings, the runs it waits for."
+    world, specs = nodes * gpus_per_node, []
+    for run in plan.runs.values():
+        if (Path(root)/run.name/'done.json').is_file(): continue
+        params = dict(pretrain_params(plan, run, root), progress=False)
+        if plan.preset.startswith('paper'): params['grad_accum'] = paper_grad_accum(params['batch_size'], world)
+        slurm = dict(job_name=f'pretrain-{run.name}', nodes=nodes, gpus_per_node=gpus_per_node,
+                     ntasks_per_node=gpus_per_node, cpus_per_task=8, time=timeout_min, signal_delay_s=180,
+                     additional_parameters=dict(requeue=True), **({'partition': partition} if partition else {}))
+        waits = [run.parent] if run.parent and any(s['run'] == run.parent for s in specs) else []
+        specs.append(dict(run=run.name, params=params, slurm=slurm, after=waits))
+    return specs
+
+
+def submit_pretrain_jobs(plan: StudyPlan, root: Path, folder: Path, **sizes) -> list:
+    "Submit `pretrain_job_specs(plan, root, **sizes)` to Slurm, each child after its parent's job; returns the jobs."
+    import submitit
+    executor, jobs, ids = submitit.SlurmExecutor(folder=str(folder)), [], {}
+    for spec in pretrain_job_specs(plan, root, **sizes):
+        slurm = dict(spec['slurm'])
+        if spec['after']: slurm['additional_parameters'] = dict(slurm['additional_parameters'],
+                                                              dependency='afterok:' + ':'.join(ids[p] for p in spec['after']))
+        executor.update_parameters(**slurm)
+        jobs.append(executor.submit(PretrainJob(spec['params'])))
+        ids[spec['run']] = jobs[-1].job_id
+    return jobs
+
 # %% ../nbs/04_study.ipynb #d32f102b
+_PER_JOB = ('checkpoint', 'checkpoint_name', 'tasks', 'lrs', 'seeds', 'results', 'device', 'progress', 'save_retriever')
+
+def _finetune_defaults() -> dict:
+    "The fine-tuning config's own defaults (the paper's protocol) for every setting a job does not set itself."
+    from mlmclm.finetune import FinetuneConfig
+    return {f.name: f.default for f in dataclasses.fields(FinetuneConfig)
+            if f.name not in _PER_JOB and f.default is not dataclasses.MISSING}
+
+
 def finetune_params(plan: StudyPlan, e: EvalPoint, root: Path, **overrides) -> dict:
-    "Flat parameters of the fine-tuning notebook for evaluation point `e`."
-    p = dict(checkpoint=str(checkpoint_dir(plan, root, e.run, e.step)), checkpoint_name=e.name,
+    """Flat parameters of the fine-tuning notebook for evaluation point `e`: the config's defaults (the paper's
+    protocol, not the notebook's quick CPU values), the plan's overrides, `e`'s protocol cell, then `overrides`."""
+    p = _finetune_defaults()
+    p.update(checkpoint=e.source or str(checkpoint_dir(plan, root, e.run, e.step)), checkpoint_name=e.recorded_name,
              tasks=','.join(e.datasets), lrs=','.join(str(x) for x in plan.lrs),
              seeds=','.join(str(x) for x in plan.seeds), results=str(Path(root)/'results.jsonl'))
     p.update(plan.finetune_overrides)
+    p.update(dict(e.protocol))
     p.update(overrides)
     return p
 
 
+def _protocol_key(cell: dict) -> tuple:
+    "A protocol cell's values in `PROTOCOL_AXES` order; an axis not named: the paper's value."
+    return tuple(cell.get(a, v[0]) for a, v in PROTOCOL_AXES.items())
+
+
 def _done_rows(results: Path) -> set:
+    "(checkpoint, dataset, lr, seed, attention, pooling) of every row in the store (no column or value: the paper's)."
     from mlmclm.results import load_results
     df = load_results(results)
     if df.empty: return set()
-    return set(zip(df.checkpoint_name, df.dataset, df.lr.round(12), df.seed))
+    cells = [df[a].fillna(v[0]) if a in df else [v[0]] * len(df) for a, v in PROTOCOL_AXES.items()]
+    return set(zip(df.checkpoint_name, df.dataset, df.lr.round(12), df.seed, *cells))
+
+
+def _wanted_rows(plan: StudyPlan, e: EvalPoint) -> set:
+    "The rows `_done_rows` must hold for evaluation point `e` to be finished."
+    return {(e.recorded_name, d, round(lr, 12), s) + _protocol_key(dict(e.protocol))
+            for d in e.datasets for lr in plan.lrs for s in plan.seeds}
 
 
 def launch(plan: StudyPlan,                 # what to run (`select` a part first if you like)
@@ -411,12 +603,14 @@ def launch(plan: StudyPlan,                 # what to run (`select` a part first
         bar.set_postfix_str(f'{kind} {item.name}')
         t0 = time.perf_counter()
         if kind == 'pretrain':
-            if (root/item.name/'done.json').is_file(): continue
+            if (root/item.name/'done.json').is_file() or _state(run_claim_path(root, item.name), 1800) == 'running': continue
             params = dict(pretrain_params(plan, item, root), progress=False)
-            run_notebook('02_pretrain.ipynb', 'mlmclm.pretrain', params, root/'notebooks'/f'pretrain-{item.name}.ipynb')
+            try: run_notebook('02_pretrain.ipynb', 'mlmclm.pretrain', params, root/'notebooks'/f'pretrain-{item.name}.ipynb')
+            except Exception as e:   # another worker claimed the run between our look and its start: leave it to them
+                if getattr(e, 'ename', None) != 'ClaimHeld': raise
         else:
-            wanted = {(item.name, d, round(lr, 12), s) for d in item.datasets for lr in plan.lrs for s in plan.seeds}
-            if wanted <= _done_rows(root/'results.jsonl'): continue
+            if _wanted_rows(plan, item) <= _done_rows(root/'results.jsonl'): continue
+            if item.source is None and not checkpoint_dir(plan, root, item.run, item.step).is_dir(): continue   # still pretrained elsewhere
             run_notebook('03b_finetune.ipynb', 'mlmclm.finetune', finetune_params(plan, item, root),
                          root/'notebooks'/f'finetune-{item.name}.ipynb')
         seconds[kind] += time.perf_counter() - t0
@@ -425,7 +619,9 @@ def launch(plan: StudyPlan,                 # what to run (`select` a part first
     return root
 
 
-PRESETS = {'paper': paper_plan, 'paper+appendix': lambda: paper_plan(appendix=True), 'demo': demo_plan}
+PRESETS = {'paper': paper_plan, 'paper-15120': lambda: paper_plan(intermediate='one-per-family'),
+           'paper+appendix': lambda: paper_plan(appendix=True), 'protocol-ablation': protocol_ablation_plan,
+           'demo': demo_plan}
 
 def get_plan(preset: str) -> StudyPlan:
     if preset not in PRESETS: raise ConfigError(f'unknown preset {preset!r}; choose one of {list(PRESETS)}')
@@ -440,14 +636,17 @@ def describe(plan: StudyPlan, costs: Costs = Costs()) -> str:
     lines = [f'preset {plan.preset}',
              f"  pretraining runs       {c['pretraining_runs']:>8,}",
              f"  final models           {c['final_models']:>8,}",
-             f"  evaluated checkpoints  {c['evaluated_checkpoints']:>8,}",
-             f"  fine-tuning runs       {c['finetuning_runs']:>8,}  ({len(finetune_jobs(plan)):,} jobs)",
-             f'compute (6N per token + attention; embeddings excluded, LM head included; '
+             f"  evaluated checkpoints  {c['evaluated_checkpoints']:>8,}"]
+    if c['protocol_cells'] > 1: lines.append(f"  fine-tuning protocols  {c['protocol_cells']:>8,}")
+    lines += [f"  fine-tuning runs       {c['finetuning_runs']:>8,}  ({len(finetune_jobs(plan)):,} jobs)"]
+    lines += textwrap.wrap(plan.note, 114, initial_indent='  (', subsequent_indent='   ') if plan.note else []
+    if plan.note: lines[-1] += ')'
+    lines += [f'compute (6N per token + attention; embeddings excluded, LM head included; '
              f'{costs.peak_flops / 1e12:.0f} TFLOP/s peak at {costs.mfu:.0%} MFU)',
              f'  pretraining   {pre.flops.sum():.3e} FLOPs  {pre.gpu_hours.sum():>10,.0f} GPU-hours',
              f'  fine-tuning   {est.iloc[-1].flops:.3e} FLOPs  {est.iloc[-1].gpu_hours:>10,.0f} GPU-hours',
-             f'  total                          {est.gpu_hours.sum():>10,.0f} GPU-hours',
-             f'  the paper reports about 110,000 MI250X GPU-hours for its study']
+             f'  total                          {est.gpu_hours.sum():>10,.0f} GPU-hours']
+    if plan.preset.startswith('paper'): lines.append('  the paper reports about 110,000 MI250X GPU-hours for its study')
     return '\n'.join(lines)
 
 
@@ -468,19 +667,35 @@ def main(argv: list[str] | None = None) -> None:
     p_run = sub.add_parser('run', help='run what is missing, here')
     _selection_args(p_run)
     p_run.add_argument('--root', help='study folder (default runs/study-<preset>)')
-    p_slurm = sub.add_parser('slurm', help='submit the fine-tuning grid as a Slurm array (submitit)')
+    p_slurm = sub.add_parser('slurm', help='submit the fine-tuning grid as a Slurm array, or the pretraining runs (submitit)')
     _selection_args(p_slurm)
     p_slurm.add_argument('--root', required=True); p_slurm.add_argument('--folder', required=True)
     p_slurm.add_argument('--partition')
+    p_slurm.add_argument('--what', choices=('finetune', 'pretrain'), default='finetune')
+    p_slurm.add_argument('--nodes', type=int, default=1); p_slurm.add_argument('--gpus-per-node', type=int, default=8)
+    p_slurm.add_argument('--time', type=int, default=24 * 60, help='pretraining: time limit in minutes (then requeued)')
+    p_status = sub.add_parser('status', help='done / running / stale / to-do per experiment')
+    _selection_args(p_status)
+    p_status.add_argument('--root', help='study folder (default runs/study-<preset>)')
+    p_status.add_argument('--lease-s', type=float, default=1800.0, help='a claim silent this long (another host) is stale')
     args = parser.parse_args(argv)
-    plan = get_plan(args.preset)
-    if args.experiments or args.sizes or args.pattern:
-        plan = select(plan, args.experiments, args.sizes, args.pattern)
+    try:
+        plan = get_plan(args.preset)
+        if args.experiments or args.sizes or args.pattern: plan = select(plan, args.experiments, args.sizes, args.pattern)
+    except ConfigError as e: parser.exit(2, f'error: {e}\n')
     if args.command == 'plan':
         print(describe(plan, Costs(peak_flops=args.peak_flops, mfu=args.mfu)))
     elif args.command == 'run':
         print(describe(plan, Costs()).split('compute')[0].rstrip())
         print(f'study folder: {launch(plan, args.root)}')
+    elif args.command == 'slurm' and args.what == 'pretrain':
+        jobs = submit_pretrain_jobs(plan, Path(args.root), Path(args.folder), nodes=args.nodes,
+                                    gpus_per_node=args.gpus_per_node, timeout_min=args.time, partition=args.partition)
+        print(f'submitted {len(jobs)} pretraining jobs')
+    elif args.command == 'status':
+        root = Path(args.root or project_root()/'runs'/f'study-{plan.preset}')
+        print(study_status(plan, root, args.lease_s).to_string(index=False))
+        print(f"store health: python -m mlmclm.results health {root/'results.jsonl'}")
     else:
         jobs = submit_finetune_array(plan, Path(args.root), Path(args.folder),
                                      **({'slurm_partition': args.partition} if args.partition else {}))

@@ -17,23 +17,29 @@ from typing import Callable
 import numpy as np
 
 from .core import ConfigError, assets_dir
-from .vocab import EMBEDDED_TASKS, FAMILIES, PAPER_DATASETS, PAPER_TASKS
+from .vocab import EMBEDDED_TASKS, FAMILIES, FINETUNE, PAPER_DATASETS, PAPER_TASKS
 from .data import embedded_records
 
 # %% auto #0
-__all__ = ['SPLITS', 'GLUE_COLUMNS', 'TWEET_TAGS', 'CONLL_TAGS', 'ONTONOTES_TAGS', 'TASKS', 'split_train', 'require_columns',
-           'convert_glue', 'convert_tagging', 'convert_squad', 'convert_record', 'embedded_sentiment', 'embedded_ner',
-           'embedded_cloze', 'embedded_retrieval', 'squad_f1', 'squad_em', 'ndcg_at_10', 'entity_f1', 'Task',
-           'resolve_tasks']
+__all__ = ['SPLITS', 'GLUE_COLUMNS', 'TWEET_TAGS', 'DATA_SOURCES', 'CONLL_TAGS', 'ONTONOTES_TAGS', 'UNER_TAGS', 'TASKS',
+           'split_train', 'require_columns', 'convert_glue', 'convert_tagging', 'convert_squad', 'convert_record',
+           'embedded_sentiment', 'embedded_ner', 'embedded_cloze', 'embedded_retrieval', 'squad_f1', 'squad_em',
+           'position_set_f1', 'majority_tag', 'sentence_macro_f1', 'entity_f1', 'ndcg_standard', 'ndcg_encodeval',
+           'ndcg_at_10', 'Task', 'load_task', 'resolve_tasks']
 
 # %% ../nbs/03_tasks.ipynb #bdc7c274
 SPLITS = ('train', 'validation', 'test')
 
-def split_train(rows: list, seed: int = 42, valid_share: float = 0.05) -> tuple[list, list]:
-    "The SPEC's 95/5 train/validation split of a hub train split (seed 42)."
-    idx = np.random.default_rng(seed).permutation(len(rows))
-    n_valid = max(1, round(valid_share * len(rows)))
-    return [rows[i] for i in idx[n_valid:]], [rows[i] for i in idx[:n_valid]]
+def split_train(rows: list,                                 # a dataset's train examples, in the hub's order
+                train_size: float = FINETUNE.train_size,    # 0.95
+                seed: int = FINETUNE.split_seed,            # 42
+               ) -> tuple[list, list]:
+    """The 95/5 train/validation split of a hub train split, row for row the one of
+    `datasets.Dataset.train_test_split(train_size=0.95, seed=42)` that hgissbkh/EncodEval's `encodeval/datasets.py` runs
+    (validation = its 'test' part): the same call, made on the row indices."""
+    from datasets import Dataset
+    parts = Dataset.from_dict({'i': list(range(len(rows)))}).train_test_split(train_size=train_size, seed=seed)
+    return [rows[i] for i in parts['train']['i']], [rows[i] for i in parts['test']['i']]
 
 
 def require_columns(rows, columns: list[str], what: str) -> None:
@@ -47,7 +53,7 @@ GLUE_COLUMNS = {'sst2': ['sentence', 'label'], 'mnli': ['premise', 'hypothesis',
                 'qqp': ['question1', 'question2', 'label']}
 
 def convert_glue(rows, config: str) -> list[dict]:
-    "SST-2 / MNLI / QQP rows (hub columns) -> {'text', 'label'} with the SPEC's pair formats."
+    "SST-2 / MNLI / QQP rows (hub columns) -> {'text', 'label'} with the pair formats of EncodEval's `datasets.py`."
     if config not in GLUE_COLUMNS: raise ConfigError(f'unknown GLUE config {config!r}; choose one of {list(GLUE_COLUMNS)}')
     require_columns(rows, GLUE_COLUMNS[config], f'GLUE {config}')
     out = []
@@ -59,10 +65,10 @@ def convert_glue(rows, config: str) -> list[dict]:
     return out
 
 
-def convert_tagging(rows, tags_column: str = 'ner_tags') -> list[dict]:
-    "CoNLL-style rows (tokens + integer tags) -> {'tokens', 'tags'}."
-    require_columns(rows, ['tokens', tags_column], 'tagging dataset')
-    return [dict(tokens=list(r['tokens']), tags=[int(t) for t in r[tags_column]]) for r in rows]
+def convert_tagging(rows, tags_column: str = 'ner_tags', tokens_column: str = 'tokens') -> list[dict]:
+    "CoNLL-style rows (words + integer tags) -> {'tokens', 'tags'}."
+    require_columns(rows, [tokens_column, tags_column], 'tagging dataset')
+    return [dict(tokens=list(r[tokens_column]), tags=[int(t) for t in r[tags_column]]) for r in rows]
 
 
 def convert_squad(rows) -> list[dict]:
@@ -148,9 +154,9 @@ def embedded_retrieval() -> dict:
         q = max(lines, key=lambda l: len(l.split()))
         pairs.append(dict(qid=f'q{i}', did=f'd{i}', query=q, positive='\n'.join(l for l in lines if l != q)))
     parts = _split3(pairs)
+    corpus = {r['did']: r['positive'] for s in ('validation', 'test') for r in parts[s]}   # one corpus, shared
     def as_eval(rows):
-        return dict(queries={r['qid']: r['query'] for r in rows}, corpus={r['did']: r['positive'] for r in rows},
-                    qrels={r['qid']: {r['did']: 1} for r in rows})
+        return dict(queries={r['qid']: r['query'] for r in rows}, corpus=corpus, qrels={r['qid']: {r['did']: 1} for r in rows})
     return dict(train=[dict(query=r['query'], positive=r['positive']) for r in parts['train']],
                 validation=as_eval(parts['validation']), test=as_eval(parts['test']))
 
@@ -179,38 +185,81 @@ def squad_em(prediction: str, golds: list[str]) -> float:
     return max(float(_normalize(prediction) == _normalize(g)) for g in golds)
 
 
-def ndcg_at_10(scores: dict, qrels: dict) -> float:
-    "Mean NDCG@10; `scores`: qid -> {did: score}, `qrels`: qid -> {did: relevance}."
-    vals = []
-    for qid, rels in qrels.items():
-        ranked = sorted(scores.get(qid, {}).items(), key=lambda kv: -kv[1])[:10]
-        dcg = sum(rels.get(d, 0) / math.log2(i + 2) for i, (d, _) in enumerate(ranked))
-        ideal = sum(r / math.log2(i + 2) for i, r in enumerate(sorted(rels.values(), reverse=True)[:10]))
-        vals.append(dcg / ideal if ideal else 0.0)
-    return float(np.mean(vals)) if vals else 0.0
+def position_set_f1(pred: list[int], true: list[int]) -> float:
+    "F1 between predicted and gold answer-token positions; an empty set counts as {0} (EncodEval's QA metric)."
+    p, t = set(pred) or {0}, set(true) or {0}
+    precision, recall = len(p & t) / len(p), len(p & t) / len(t)
+    return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+
+
+def majority_tag(votes: list[int]) -> int:
+    "The tag most of a word's sub-tokens predict (ties: Python's set order, as in EncodEval)."
+    return max(set(votes), key=votes.count)
+
+
+def sentence_macro_f1(true: list[int], pred: list[int]) -> float:
+    "scikit-learn macro-F1 over the tag ids of one sentence's words ('O' included); 0 for a sentence with no words."
+    from sklearn.metrics import f1_score
+    return float(f1_score(true, pred, average='macro', zero_division=0)) if true else 0.0
 
 
 def entity_f1(true_tags: list[list[str]], pred_tags: list[list[str]]) -> float:
+    "Entity-level micro F1 over a corpus (seqeval, default mode)."
     from seqeval.metrics import f1_score
     return float(f1_score(true_tags, pred_tags))
 
+
+def ndcg_standard(ranked: list[str], rels: dict, k: int = FINETUNE.ndcg_k) -> float:
+    "NDCG@k of one query: graded gains, ideal DCG from every judged document. `ranked`: document ids, best first."
+    dcg = sum(rels.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
+    ideal = sum(r / math.log2(i + 2) for i, r in enumerate(sorted(rels.values(), reverse=True)[:k]))
+    return dcg / ideal if ideal else 0.0
+
+
+def ndcg_encodeval(ranked: list[str], scores: list[float], rels: dict, k: int = FINETUNE.ndcg_k) -> float:
+    """EncodEval's NDCG of one query: scikit-learn `ndcg_score` on the top-k documents (`ranked`, with their similarity
+    `scores`) and binary labels (relevance >= 1); the ideal DCG is that of the retrieved k."""
+    from sklearn.metrics import ndcg_score
+    labels = [int(rels.get(d, 0) >= 1) for d in ranked[:k]]
+    if len(labels) < 2: return float(sum(labels))   # scikit-learn needs two documents; one document: hit or miss
+    return float(ndcg_score([labels], [scores[:k]]))
+
+
+def ndcg_at_10(scores: dict, qrels: dict, mode: str = 'standard') -> float:
+    "Mean NDCG@10 over the queries of `qrels`; `scores`: qid -> {did: score}, `qrels`: qid -> {did: relevance}."
+    vals = []
+    for qid, rels in qrels.items():
+        ranked = sorted(scores.get(qid, {}).items(), key=lambda kv: -kv[1])[:10]
+        ids, sims = [d for d, _ in ranked], [v for _, v in ranked]
+        vals.append(ndcg_standard(ids, rels) if mode == 'standard' else ndcg_encodeval(ids, sims, rels))
+    return float(np.mean(vals)) if vals else 0.0
+
 # %% ../nbs/03_tasks.ipynb #437cbbc6
+DATA_SOURCES = ('encodeval', 'canonical')
+
 @dataclass(frozen=True)
 class Task:
     name: str
     family: str                      # 'SC', 'TC', 'QA', 'IR'
     kind: str                        # TaskModel head: 'sequence', 'token', 'span', 'embedding'
-    load: Callable                   # () -> {'train': [...], 'validation': [...], 'test': [...]}
+    load: Callable                   # () -> {'train': [...], 'validation': [...], 'test': [...]}: the authors' source
     labels: tuple = ()               # class or tag names (SC, TC)
-    max_length: int = 2027           # SPEC: about 2,027 tokens
+    max_length: int = FINETUNE.max_length   # round(0.99 x 2048) = 2028, as EncodEval's EvalConfig
     train_on: str | None = None      # IR evaluation sets: the task whose training data trains the retriever
+    canonical: Callable | None = None   # the earlier mlmclm source, where it differs from `load`
+
+
+def load_task(task: Task, source: str = 'encodeval') -> dict:
+    "The examples of `task` from `source` (see the table above); a task with one source ignores `source`."
+    if source not in DATA_SOURCES: raise ConfigError(f'data_source={source!r}; choose one of {list(DATA_SOURCES)}')
+    return (task.canonical if source == 'canonical' and task.canonical else task.load)()
 
 
 def _hub(path, name=None, split=None):
     "`datasets.load_dataset`; a dataset that still ships a loading script is read from the hub's Parquet export."
     from datasets import load_dataset
     try: return load_dataset(path, name, split=split)
-    except RuntimeError as e:   # datasets >= 4 refuses loading scripts (CoNLL-2003, OntoNotes, UNER, SuperGLUE...)
+    except RuntimeError as e:   # datasets >= 4 refuses loading scripts (CoNLL-2003, OntoNotes, UNER, SuperGLUE, BEIR...)
         if 'scripts are no longer supported' not in str(e): raise
         return load_dataset(path, name, split=split, revision='refs/convert/parquet')
 
@@ -222,10 +271,11 @@ def _glue(config, test_split='validation'):
     return load_
 
 
-def _tagging(path, name=None, tags_column='ner_tags'):
+def _tagging(path, name=None, tags_column='ner_tags', tokens_column='tokens'):
+    "A tagging dataset with its own train/validation/test splits (no 95/5 split, as EncodEval)."
     def load_():
         ds = _hub(path, name)
-        out = {s: convert_tagging(ds[s], tags_column) for s in SPLITS}
+        out = {s: convert_tagging(ds[s], tags_column, tokens_column) for s in SPLITS}
         feature = getattr(ds['train'].features[tags_column], 'feature', None)
         if hasattr(feature, 'names'): out['labels'] = tuple(feature.names)   # the dataset's own tag names win
         return out
@@ -233,95 +283,154 @@ def _tagging(path, name=None, tags_column='ner_tags'):
 
 
 def _squad(path):
+    "SQuAD-layout QA (SQuAD, SQuAD v2, hgissbkh/record): 95/5 of train, the hub's validation as test."
     def load_():
         train, valid = split_train(convert_squad(_hub(path, split='train')))
         return dict(train=train, validation=valid, test=convert_squad(_hub(path, split='validation')))
     return load_
 
 
-def _record():
+def _record_superglue():
     train, valid = split_train(convert_record(_hub('super_glue', 'record', 'train')))
     return dict(train=train, validation=valid, test=convert_record(_hub('super_glue', 'record', 'validation')))
 
 
+def _pairs(path, name=None):
+    "MS MARCO (query, positive passage) training pairs; any other column (a triplet's negative) is not used."
+    def load_():
+        rows = _hub(path, name, 'train')
+        require_columns(rows, ['query', 'positive'], 'MS MARCO pairs')
+        return dict(train=[dict(query=r['query'], positive=r['positive']) for r in rows], validation=None, test=None)
+    return load_
+
+# %% ../nbs/03_tasks.ipynb #8433f2f5
 def _id_column(rows) -> str:
-    "MTEB datasets name the id column `_id` (BEIR format) or `id` (newer uploads)."
+    "BEIR datasets name the id column `_id`, newer MTEB uploads `id`, MLDR's corpus `docid`."
     have = list(rows.column_names)
-    for c in ('_id', 'id'):
+    for c in ('_id', 'id', 'docid'):
         if c in have: return c
     raise ConfigError(f"retrieval dataset: column '_id' is missing; the dataset has {have}")
 
 
+def _qrels(rows, what: str) -> dict:
+    require_columns(rows, ['query-id', 'corpus-id', 'score'], f'{what} qrels')
+    out = {}
+    for r in rows: out.setdefault(str(r['query-id']), {})[str(r['corpus-id'])] = int(r['score'])
+    return out
+
+
+def _texts(rows, wanted: set, fmt: Callable, what: str) -> dict:
+    "id -> text for the rows whose id is in `wanted`."
+    col = _id_column(rows)
+    require_columns(rows, ['text'], what)
+    rows = rows.filter(lambda ids: [str(i) in wanted for i in ids], input_columns=col, batched=True)
+    return {str(r[col]): fmt(r) for r in rows}
+
+
+def _halves(qrels: dict) -> dict:
+    "NQ: the sorted query ids taken alternately, validation first (deterministic; see above)."
+    qids = sorted(qrels)
+    return dict(validation={q: qrels[q] for q in qids[::2]}, test={q: qrels[q] for q in qids[1::2]})
+
+
+def _shared_corpus(parts: dict, queries: dict, corpus: dict) -> dict:
+    """Validation and test around one corpus: every judged document of either split. A query is kept when it has a
+    document of relevance >= 1 (EncodEval keeps only those); its qrels keep every judgement (graded, zeros included)."""
+    shared = {d: corpus[d] for d in sorted({d for p in parts.values() for rels in p.values() for d in rels}) if d in corpus}
+    def split(p):
+        keep = [q for q in p if q in queries and max(p[q].values()) >= 1]
+        return dict(queries={q: queries[q] for q in keep}, corpus=shared, qrels={q: p[q] for q in keep})
+    return dict(train=[], **{s: split(p) for s, p in parts.items()})
+
+
+def _beir(name: str, halve: bool = False, titles: bool = False):
+    """BEIR retrieval as EncodEval's `datasets.msmarco` / `datasets.nq`: `BeIR/{name}` queries and corpus,
+    `BeIR/{name}-qrels` validation/test (`halve`: the test qrels halved, NQ). Documents are "title. text" (`titles`,
+    NQ) or the text (MS MARCO)."""
+    def load_():
+        qrels = lambda split: _qrels(_hub(f'BeIR/{name}-qrels', None, split), f'BeIR/{name}-qrels')
+        parts = _halves(qrels('test')) if halve else dict(validation=qrels('validation'), test=qrels('test'))
+        wanted_q = {q for p in parts.values() for q in p}
+        wanted_d = {d for p in parts.values() for rels in p.values() for d in rels}
+        fmt = (lambda r: f"{r['title']}. {r['text']}") if titles else (lambda r: r['text'])
+        queries = _texts(_hub(f'BeIR/{name}', 'queries', 'queries'), wanted_q, lambda r: r['text'], f'BeIR/{name} queries')
+        corpus = _texts(_hub(f'BeIR/{name}', 'corpus', 'corpus'), wanted_d, fmt, f'BeIR/{name} corpus')
+        return _shared_corpus(parts, queries, corpus)
+    return load_
+
+
+def _mldr_en():
+    "EncodEval's `datasets.mldr_en`: hgissbkh/mldr-en dev/test; relevant = each query's `positive_passages`."
+    parts, queries = {}, {}
+    for split, hub_split in (('validation', 'dev'), ('test', 'test')):
+        rows = _hub('hgissbkh/mldr-en', 'default', hub_split)
+        require_columns(rows, ['query_id', 'query', 'positive_passages'], 'hgissbkh/mldr-en')
+        parts[split] = {str(r['query_id']): {str(p['docid']): 1 for p in r['positive_passages']} for r in rows}
+        queries.update({str(r['query_id']): r['query'] for r in rows})
+    wanted = {d for p in parts.values() for rels in p.values() for d in rels}
+    corpus = _texts(_hub('hgissbkh/mldr-en', 'corpus', 'corpus'), wanted, lambda r: r['text'], 'hgissbkh/mldr-en corpus')
+    return _shared_corpus(parts, queries, corpus)
+
+
 def _mteb_retrieval(path, test_split='test', valid_split=None, halve=False, lang=None, max_valid=1000):
-    """MTEB-format retrieval (qrels, queries, corpus), each evaluation set's corpus restricted to the documents in its
-    queries' qrels (SPEC §5). Validation: half of the test queries (`halve`, NQ), or up to `max_valid` queries of
-    `valid_split` (seeded sample); never the test queries themselves."""
+    """The `'canonical'` retrieval sets (earlier mlmclm): MTEB-format qrels, queries and corpus, each evaluation
+    split's corpus restricted to the documents of its own qrels. Validation: half of the test queries (`halve`, NQ), or
+    up to `max_valid` queries of `valid_split` (seeded sample); never the test queries themselves."""
     cfg = (lambda c: f'{lang}-{c}') if lang else (lambda c: {'qrels': 'default'}.get(c, c))
     split_of = (lambda c, s: s) if lang else (lambda c, s: s if c == 'qrels' else c)   # BEIR: split 'queries', 'corpus'
-    def qrels_of(split):
-        rows = _hub(path, cfg('qrels'), split_of('qrels', split))
-        require_columns(rows, ['query-id', 'corpus-id', 'score'], f'{path} qrels')
-        out = {}
-        for r in rows: out.setdefault(str(r['query-id']), {})[str(r['corpus-id'])] = int(r['score'])
-        return out
     def load_():
-        test = qrels_of(test_split)
-        if halve: qids = sorted(test); parts = dict(validation={q: test[q] for q in qids[::2]}, test={q: test[q] for q in qids[1::2]})
+        test = _qrels(_hub(path, cfg('qrels'), split_of('qrels', test_split)), path)
+        if halve: parts = _halves(test)
         else:
-            valid = qrels_of(valid_split)
+            valid = _qrels(_hub(path, cfg('qrels'), split_of('qrels', valid_split)), path)
             keep = sorted(valid) if len(valid) <= max_valid else sorted(np.random.default_rng(42).choice(sorted(valid), max_valid, replace=False))
             parts = dict(validation={q: valid[q] for q in keep}, test=test)
         wanted_q = {q for p in parts.values() for q in p}
         wanted_d = {d for p in parts.values() for rels in p.values() for d in rels}
-        def texts(kind, split, wanted, fmt):
-            rows = _hub(path, cfg(kind), split_of(kind, split))
-            col = _id_column(rows)
-            require_columns(rows, ['text'], f'{path} {kind}')
-            rows = rows.filter(lambda ids: [str(i) in wanted for i in ids], input_columns=col, batched=True)
-            return {str(r[col]): fmt(r) for r in rows}
-        splits = {test_split} | ({valid_split} if valid_split and lang else set())
         queries, corpus = {}, {}
-        for sp in splits:   # MLDR keeps queries and corpus per split; BEIR has one 'queries' and one 'corpus'
-            queries.update(texts('queries', sp, wanted_q, lambda r: r['text']))
-            corpus.update(texts('corpus', sp, wanted_d, lambda r: f"{r['title']}. {r['text']}" if r.get('title') else r['text']))
+        for sp in {test_split} | ({valid_split} if valid_split and lang else set()):   # MLDR: queries, corpus per split
+            queries.update(_texts(_hub(path, cfg('queries'), split_of('queries', sp)), wanted_q, lambda r: r['text'], f'{path} queries'))
+            corpus.update(_texts(_hub(path, cfg('corpus'), split_of('corpus', sp)), wanted_d,
+                                 lambda r: f"{r['title']}. {r['text']}" if r.get('title') else r['text'], f'{path} corpus'))
         out = {s: dict(queries={q: queries[q] for q in p if q in queries},
                        corpus={d: corpus[d] for d in sorted({d for rels in p.values() for d in rels}) if d in corpus},
                        qrels={q: p[q] for q in p if q in queries}) for s, p in parts.items()}
         return dict(train=[], **out)
     return load_
 
-
-def _msmarco_pairs():
-    "MS MARCO (query, positive passage) training pairs; the triplets' negatives are not used (no hard negatives, SPEC §5)."
-    rows = _hub('sentence-transformers/msmarco-co-condenser-margin-mse-sym-mnrl-mean-v1', 'triplet', 'train')
-    require_columns(rows, ['query', 'positive'], 'MS MARCO pairs')
-    return dict(train=[dict(query=r['query'], positive=r['positive']) for r in rows], validation=None, test=None)
-
-
+# %% ../nbs/03_tasks.ipynb #fedbb5b1
 CONLL_TAGS = ('O', 'B-PER', 'I-PER', 'B-ORG', 'I-ORG', 'B-LOC', 'I-LOC', 'B-MISC', 'I-MISC')
-# tner/ontonotes5 stores integer tags without names; this is its label2id order (from its dataset card)
+# tner/ontonotes5 stores integer tags without names; this is its label2id order (from its dataset card). The tag
+# names of hgissbkh/ontonotes5 and hgissbkh/conll2003-en are not verified (their code uses only the ids, 37 and 9 of
+# them): a dataset's own ClassLabel names replace these when it has them. Only the seqeval metric reads the names.
 ONTONOTES_TAGS = ('O', 'B-CARDINAL', 'B-DATE', 'I-DATE', 'B-PERSON', 'I-PERSON', 'B-NORP', 'B-GPE', 'I-GPE', 'B-LAW',
                   'I-LAW', 'B-ORG', 'I-ORG', 'B-PERCENT', 'I-PERCENT', 'B-ORDINAL', 'B-MONEY', 'I-MONEY', 'B-WORK_OF_ART',
                   'I-WORK_OF_ART', 'B-FAC', 'B-TIME', 'I-CARDINAL', 'B-LOC', 'B-QUANTITY', 'I-QUANTITY', 'I-NORP', 'I-LOC',
                   'B-PRODUCT', 'I-TIME', 'B-EVENT', 'I-EVENT', 'I-FAC', 'B-LANGUAGE', 'I-PRODUCT', 'I-ORDINAL', 'I-LANGUAGE')
+UNER_TAGS = ('O', 'B-PER', 'I-PER', 'B-ORG', 'I-ORG', 'B-LOC', 'I-LOC')
 
 TASKS: dict[str, Task] = {t.name: t for t in [
-    # the paper's twelve (SPEC §5), loaded from the hub
+    # the paper's twelve (protocol.md), loaded from the hub; sources as in EncodEval's encodeval/datasets.py
     Task('sst2', 'SC', 'sequence', _glue('sst2'), ('negative', 'positive')),
     Task('mnli_m', 'SC', 'sequence', _glue('mnli', 'validation_matched'), ('entailment', 'neutral', 'contradiction')),
     Task('qqp', 'SC', 'sequence', _glue('qqp'), ('different', 'duplicate')),
-    Task('conll2003_en', 'TC', 'token', _tagging('eriktks/conll2003'), CONLL_TAGS),
-    Task('ontonotes', 'TC', 'token', _tagging('tner/ontonotes5', tags_column='tags'), ONTONOTES_TAGS),
-    Task('uner_en', 'TC', 'token', _tagging('universalner/universal_ner', 'en_ewt'),
-         ('O', 'B-PER', 'I-PER', 'B-ORG', 'I-ORG', 'B-LOC', 'I-LOC')),
+    Task('conll2003_en', 'TC', 'token', _tagging('hgissbkh/conll2003-en', tags_column='ner', tokens_column='words'),
+         CONLL_TAGS, canonical=_tagging('eriktks/conll2003')),
+    Task('ontonotes', 'TC', 'token', _tagging('hgissbkh/ontonotes5', tags_column='tags'), ONTONOTES_TAGS,
+         canonical=_tagging('tner/ontonotes5', tags_column='tags')),
+    Task('uner_en', 'TC', 'token', _tagging('hgissbkh/uner_en'), UNER_TAGS,
+         canonical=_tagging('universalner/universal_ner', 'en_ewt')),
     Task('squad', 'QA', 'span', _squad('rajpurkar/squad')),
     Task('squad_v2', 'QA', 'span', _squad('rajpurkar/squad_v2')),
-    Task('record', 'QA', 'span', _record),
-    Task('msmarco_pairs', 'IR', 'embedding', _msmarco_pairs),
-    Task('msmarco', 'IR', 'embedding', _mteb_retrieval('mteb/msmarco', 'dev', valid_split='train'), train_on='msmarco_pairs'),
-    Task('nq', 'IR', 'embedding', _mteb_retrieval('mteb/nq', 'test', halve=True), train_on='msmarco_pairs'),
-    Task('mldr_en', 'IR', 'embedding', _mteb_retrieval('mteb/MultiLongDocRetrieval', 'test', valid_split='dev', lang='en'),
-         train_on='msmarco_pairs'),
+    Task('record', 'QA', 'span', _squad('hgissbkh/record'), canonical=_record_superglue),
+    Task('msmarco_pairs', 'IR', 'embedding', _pairs('hgissbkh/msmarco-pairs'),
+         canonical=_pairs('sentence-transformers/msmarco-co-condenser-margin-mse-sym-mnrl-mean-v1', 'triplet')),
+    Task('msmarco', 'IR', 'embedding', _beir('msmarco'), train_on='msmarco_pairs',
+         canonical=_mteb_retrieval('mteb/msmarco', 'dev', valid_split='train')),
+    Task('nq', 'IR', 'embedding', _beir('nq', halve=True, titles=True), train_on='msmarco_pairs',
+         canonical=_mteb_retrieval('mteb/nq', 'test', halve=True)),
+    Task('mldr_en', 'IR', 'embedding', _mldr_en, train_on='msmarco_pairs',
+         canonical=_mteb_retrieval('mteb/MultiLongDocRetrieval', 'test', valid_split='dev', lang='en')),
     # embedded (offline) tasks, one per family; QA and IR are stand-ins built from the corpus
     Task('rt_sentiment', 'SC', 'sequence', embedded_sentiment, ('rotten', 'fresh'), max_length=128),
     Task('tweet_ner', 'TC', 'token', embedded_ner, tuple(TWEET_TAGS), max_length=128),

@@ -15,9 +15,9 @@ from .core import ConfigError
 # %% auto #0
 __all__ = ['OBJECTIVES', 'SIZE_ORDER', 'SIZES', 'RATIOS', 'BUDGETS', 'E3_STEPS', 'CPT_STEPS', 'FULL_BUDGET', 'FAMILIES',
            'PAPER_DATASETS', 'PAPER_TASKS', 'EMBEDDED_TASKS', 'PAPER_LRS', 'PAPER_SEEDS', 'ADAMW', 'PRETRAIN',
-           'PROTOCOL', 'Phase', 'parse_schedule', 'phase_at', 'switch_steps', 'RunName', 'kilo_steps', 'run_name',
-           'parse_run_name', 'describe_checkpoint', 'paper_experiments', 'paper_checkpoints', 'paper_run_names',
-           'AdamW', 'PretrainRecipe']
+           'FINETUNE', 'FINETUNE_OPTIONS', 'PROTOCOL', 'Phase', 'parse_schedule', 'phase_at', 'switch_steps', 'RunName',
+           'kilo_steps', 'run_name', 'parse_run_name', 'describe_checkpoint', 'paper_experiments', 'paper_checkpoints',
+           'paper_run_names', 'AdamW', 'PretrainRecipe', 'FinetuneRecipe', 'ProtocolOption']
 
 # %% ../nbs/00a_vocab.ipynb #e37d229b
 OBJECTIVES = ('clm', 'mlm')
@@ -259,11 +259,105 @@ class PretrainRecipe:
 ADAMW = AdamW()
 PRETRAIN = PretrainRecipe()
 
-# the fine-tuning protocol in words, as Table 1 prints it
-PROTOCOL = {'optimizer': str(ADAMW), 'schedule': 'linear decay, 10% warmup',
-            'batch': '32 (micro-batches x gradient accumulation)', 'steps': 'min(1,000, one epoch)',
-            'validation': 'every 100 steps; the best step is tested',
+# %% ../nbs/00a_vocab.ipynb #b41f976c
+@dataclass(frozen=True)
+class FinetuneRecipe:
+    batch_size: int = 32             # configs/*/*.yaml: train_batch_size 32 (IR: per_device_train_batch_size 32)
+    max_steps: int = 1000            # configs: max_steps 1000 ...
+    epoch_tasks: tuple = ('conll2003_en', 'uner_en')   # ... except these: max_steps -1, one full epoch
+    warmup_ratio: float = 0.1        # configs: warmup_ratio 0.1; transformers: ceil(ratio x steps) warmup steps
+    max_length: int = round(0.99 * 2048)   # abstract_eval.py EvalConfig.__post_init__: 1% below max_position_embeddings
+    train_size: float = 0.95         # datasets.py: train_test_split(train_size=0.95, seed=42)
+    split_seed: int = 42
+    eval_every: int = 100            # configs: eval_steps 100 (only used when the best step is selected)
+    retrieval_scale: float = 20.0    # CachedMultipleNegativesRankingLoss default scale, cosine similarity
+    ndcg_k: int = 10
+
+
+@dataclass(frozen=True)
+class ProtocolOption:
+    "One fine-tuning choice that moves scores: its default, what each choice means, and where the default comes from."
+    default: str
+    meanings: dict                   # choice -> what it does, in words (Table 1 and the protocol document print these)
+    source: str                      # the paper, the authors' file, or 'our choice, because ...'
+
+    @property
+    def choices(self) -> tuple: return tuple(self.meanings)
+
+    def __str__(self): return self.meanings[self.default]
+
+
+FINETUNE = FinetuneRecipe()
+_EE = 'hgissbkh/EncodEval@MLM_vs_CLM'
+FINETUNE_OPTIONS = {
+    'select_step': ProtocolOption('final', {
+        'final': 'the final weights are tested (no validation during training)',
+        'best': f'validation every {FINETUNE.eval_every} steps; the best step\'s weights are tested (earlier mlmclm)'},
+        f'{_EE} main.py (train, then validate and test the same model) and configs (save_strategy "no", no '
+        'load_best_model_at_end)'),
+    'precision': ProtocolOption('auto', {
+        'auto': 'pure bf16 on a GPU with bf16 (weights, head and AdamW states; no fp32 master copy), fp32 elsewhere',
+        'pure_bf16': 'model, head and AdamW states in bf16, no fp32 master weights',
+        'amp_bf16': 'fp32 weights and AdamW states, bf16 autocast (earlier mlmclm)',
+        'fp32': 'fp32 throughout'},
+        f'{_EE} encodeval/eval_tasks/abstract_eval.py (EvalConfig.__post_init__: model.to(dtype)) and configs '
+        '(dtype bfloat16, bf16: true); CPU stays fp32 (our choice: bf16 on CPU is slow and not what the paper ran)'),
+    'data_source': ProtocolOption('encodeval', {
+        'encodeval': "the authors' hub copies: hgissbkh/{conll2003-en, ontonotes5, uner_en, record, msmarco-pairs, "
+                     "mldr-en}, BeIR/{msmarco, nq} with their qrels; MS MARCO validation = dev, test = TREC-DL-19; one "
+                     "corpus per retrieval set shared by validation and test",
+        'canonical': 'eriktks/conll2003, tner/ontonotes5, universalner en_ewt, super_glue record, co-condenser MS MARCO '
+                     'triplets, mteb/{msmarco, nq, MultiLongDocRetrieval}; MS MARCO validation = 1,000 train queries, '
+                     'test = dev; a corpus per split (earlier mlmclm)'},
+        f'{_EE} encodeval/datasets.py'),
+    'special_tokens': ProtocolOption('eos', {
+        'eos': 'no BOS; EOS appended after the text (cut with the text when it overflows)',
+        'bos_eos': 'BOS + text + EOS (earlier mlmclm, as pretraining rows)'},
+        f'{_EE} encodeval/eval_tasks/*_eval.py tokenize: text + eos_token, add_special_tokens=False'),
+    'tc_mode': ProtocolOption('encodeval', {
+        'encodeval': "every sub-token carries its word's tag; a word's prediction is the majority vote of its "
+                     "sub-tokens; score = mean per-sentence macro-F1 over tag ids ('O' included, sklearn)",
+        'seqeval': 'first sub-token labelled; score = entity-level micro F1 (seqeval) over the corpus (earlier mlmclm)'},
+        f'{_EE} TokenClassificationEval (tokenize, get_token_predictions_labels, compute_f1s)'),
+    'qa_mode': ProtocolOption('encodeval', {
+        'encodeval': 'a 2-label token classifier marks the tokens of the first gold answer; input "Question: {q}\\n'
+                     'Context: " + context + EOS, only the context truncated, no stride; score = F1 between predicted '
+                     'and gold token-position sets (an empty set counts as {0})',
+        'squad': 'start/end heads over strided context windows; score = SQuAD F1 over all gold answers (earlier mlmclm)'},
+        f'{_EE} QuestionAnsweringEval (tokenize, sanitize_predictions_labels, compute_f1s); configs/QA: '
+        'AutoModelForTokenClassification, num_labels 2'),
+    'ndcg_mode': ProtocolOption('encodeval', {
+        'encodeval': 'sklearn ndcg_score on the 10 retrieved documents with binary labels (relevance >= 1): the ideal '
+                     'DCG comes from the retrieved 10 only',
+        'standard': 'NDCG@10 with graded gains and the ideal DCG from all judged documents (earlier mlmclm)'},
+        f'{_EE} RetrievalEval (get_predictions_labels_at_k, compute_ndcgs)'),
+    'warmup': ProtocolOption('ceil', {
+        'ceil': f'ceil({FINETUNE.warmup_ratio:g} x steps) warmup steps, then linear decay to 0',
+        'round': f'round({FINETUNE.warmup_ratio:g} x steps), at least 1 (earlier mlmclm)'},
+        'configs (warmup_ratio 0.1, lr_scheduler_type linear); transformers TrainingArguments.get_warmup_steps'),
+    'attention': ProtocolOption('bidirectional', {
+        'bidirectional': 'bidirectional attention for every model, CLM ones included',
+        'causal': 'causal attention (a decoder fine-tuned as it was pretrained)'},
+        'paper (all models are fine-tuned bidirectionally); the SLModel class that would show it is not public'),
+    'pooling': ProtocolOption('mean', {
+        'mean': 'mean over real tokens (sequence classification and retrieval)',
+        'last': 'the last real token', 'first': 'the first token'},
+        "paper (mean pooling); retrieval: SentenceTransformer's default Pooling(mean) in RetrievalEval; the sequence "
+        'classification head of SLModel is not public'),
+}
+
+# the fine-tuning protocol in words, as Table 1 prints it: written from FINETUNE and FINETUNE_OPTIONS' defaults
+PROTOCOL = {'optimizer': str(ADAMW), 'schedule': f'linear: {FINETUNE_OPTIONS["warmup"]}',
+            'batch': f'{FINETUNE.batch_size} (micro-batches x gradient accumulation)',
+            'steps': f'min({FINETUNE.max_steps:,}, one epoch); one epoch for {", ".join(FINETUNE.epoch_tasks)}',
+            'split': f'{FINETUNE.train_size:.0%} / {1 - FINETUNE.train_size:.0%} of train (datasets train_test_split, '
+                     f'seed {FINETUNE.split_seed}) where a dataset has no validation split',
+            'max length': f'{FINETUNE.max_length:,} tokens',
+            **{name: str(FINETUNE_OPTIONS[k]) for k, name in (('select_step', 'weights tested'), ('precision', 'precision'),
+               ('special_tokens', 'special tokens'), ('attention', 'attention'), ('pooling', 'pooling'))},
             'learning rates': ', '.join(f'{lr:g}' for lr in PAPER_LRS), 'seeds': ', '.join(map(str, PAPER_SEEDS)),
-            'attention': 'bidirectional (all models, CLM ones included)',
-            'selection': 'per (model, dataset): LR with the best seed-mean validation score; test mean and 95% t-interval over seeds',
-            'retrieval': 'bi-encoder, mean pooling, InfoNCE with in-batch negatives (cosine, scale 20)'}
+            'selection': "per (model, dataset, seed): the seed's best LR on validation; test mean and 95% t-interval over seeds",
+            'token classification': str(FINETUNE_OPTIONS['tc_mode']),
+            'question answering': str(FINETUNE_OPTIONS['qa_mode']),
+            'retrieval': f'bi-encoder, {FINETUNE_OPTIONS["pooling"].default} pooling, in-batch negatives (cosine, '
+                         f'scale {FINETUNE.retrieval_scale:g}); NDCG@{FINETUNE.ndcg_k}: {FINETUNE_OPTIONS["ndcg_mode"]}'}

@@ -1,13 +1,216 @@
-"""The committed demo results re-render into every figure and table; rendering is byte-stable."""
+"""Figures and tables draw exactly the runs they should: a synthetic score grid in which every (checkpoint, family)
+has its own known score, read back from the drawn artists and the written tables. Plus the committed demo results
+re-render into every figure and table, byte-stably."""
 from pathlib import Path
 
+import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.container import BarContainer
 
+import mlmclm.figures as figures
 from mlmclm.core import project_root
-from mlmclm.figures import read_results, render_all
+from mlmclm.figures import main, paper_flops_per_step, read_results, render_all, study_scores
+from mlmclm.results import tidy_results
+from mlmclm.vocab import BUDGETS, E3_STEPS, FAMILIES, PAPER_DATASETS, RATIOS, SIZES, paper_checkpoints, paper_experiments
 
 DEMO = project_root()/'figures'/'demo'
+CHECKPOINTS = paper_checkpoints(appendix=True)   # the 50 published checkpoints and the appendix's 1B biphasic run
+
+
+def _score(i: int, f: int) -> float:
+    "The known family score (percent) of checkpoint i in family f: unique, and never one of the paper's 2-decimal numbers."
+    return 20 + i + 0.1 * f + 0.0123
+
+
+def grid(checkpoints=CHECKPOINTS, lrs=(1e-4,), qed=True) -> pd.DataFrame:
+    "Every checkpoint x the 12 datasets (+ the authors' qed, not in the paper) x LRs x 2 seeds; means are `_score`."
+    rows = []
+    for i, ck in enumerate(checkpoints):
+        for f, fam in enumerate(FAMILIES):
+            datasets = list(PAPER_DATASETS[fam]) + (['qed'] if fam == 'QA' and qed else [])
+            for d, ds in enumerate(datasets):
+                off = (d - 1) * 0.5 if ds != 'qed' else 70.0           # dataset offsets cancel in the family mean
+                for lr in lrs:
+                    for seed, s_off in ((0, -0.2), (1, 0.2)):          # and so do the seed offsets
+                        test = (_score(i, f) + off + s_off) / 100
+                        rows.append(dict(checkpoint_name=ck, dataset=ds, family=fam, lr=lr, seed=seed,
+                                         val_score=0.5 if lr == lrs[0] else 0.4, test_score=test, best_step=None, steps=None, source='authors',
+                                         in_paper=ds != 'qed'))
+    return pd.DataFrame(rows)
+
+
+NAME_OF = {round(_score(i, f), 4): ck for i, ck in enumerate(CHECKPOINTS) for f in range(len(FAMILIES))}
+
+
+def names(values) -> list[str]:
+    "The checkpoints whose known scores these are (KeyError: a value no single checkpoint has, e.g. an average)."
+    return [NAME_OF[round(float(v), 4)] for v in values if not np.isnan(v)]
+
+
+def lines(ax) -> dict:
+    "Each drawn line of an axis: its label -> the checkpoints on it (seaborn's unlabeled lines are `_child<i>`)."
+    return {l.get_label(): sorted(names(l.get_ydata())) for l in ax.lines if len(l.get_ydata())}
+
+
+def bars(ax) -> list[str]:
+    return sorted(names(b.get_height() for c in ax.containers if isinstance(c, BarContainer) for b in c))
+
+
+@pytest.fixture(scope='module')
+def drawn(tmp_path_factory):
+    "render_all on the grid, with every figure and table captured instead of written."
+    figs, tables = {}, {}
+    def keep_figure(fig, folder, name, close=True): figs[name] = fig; return []
+    def keep_table(df, folder, name, caption): tables[name] = df; return []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figures, 'save_figure', keep_figure); mp.setattr(figures, 'write_table', keep_table)
+        render_all(grid(), tmp_path_factory.mktemp('grid'), scale='paper')
+    yield figs, tables
+    plt.close('all')
+
+
+def _every_panel(fig):
+    assert len(fig.axes) == len(FAMILIES)
+    return zip(FAMILIES, fig.axes)
+
+
+def test_fig2_shows_the_pure_42k_models(drawn):
+    for fam, ax in _every_panel(drawn[0]['fig2_mlm_vs_clm']):
+        assert bars(ax) == sorted(f'{s}-{o}-42k' for s in SIZES for o in ('clm', 'mlm40')), fam
+
+
+def test_fig3_one_line_per_size_through_its_four_42k_mlm_models(drawn):
+    for fam, ax in _every_panel(drawn[0]['fig3_mask_ratio']):
+        got = sorted(tuple(v) for v in lines(ax).values())
+        assert got == sorted(tuple(sorted(f'{s}-mlm{r}-42k' for r in RATIOS)) for s in SIZES), fam
+        assert '610m-mlm40-12k' not in str(got) and '610m-mlm40-22k' not in str(got)
+
+
+def test_fig4_both_variants_follow_the_610m_trajectories(drawn):
+    for name in ('fig4_data_efficiency', 'fig4b_data_efficiency_flops'):
+        for fam, ax in _every_panel(drawn[0][name]):
+            assert lines(ax) == {k.upper(): sorted([f'610m-{o}-42k'] + [f'610m-{o}-42k-{s}' for s in E3_STEPS])
+                                 for k, o in (('clm', 'clm'), ('mlm', 'mlm40'))}, (name, fam)
+    ax = drawn[0]['fig4b_data_efficiency_flops'].axes[0]
+    mlm = next(l for l in ax.lines if l.get_label() == 'MLM')
+    assert np.allclose(mlm.get_xdata(), [s * paper_flops_per_step('610m', 'mlm') for s in list(E3_STEPS) + [42000]])
+
+
+def test_fig5_curves_of_the_pure_42k_models_without_qed(drawn):
+    for fam, ax in _every_panel(drawn[0]['fig5_lr_stability']):
+        got = sorted(n for v in lines(ax).values() for n in v)
+        assert got == sorted(f'{s}-{o}-42k' for s in SIZES for o in ('clm', 'mlm40')), fam   # QA: qed would shift it
+
+
+def test_fig6_budget_lines_hold_the_e5_models_only(drawn):
+    e5 = {f'{b // 1000}k steps': sorted([f'610m-mlm40-{b // 1000}k', f'610m-clm-{b // 1000}k']
+                                        + [f'610m-clm-{c // 1000}k-mlm40-{b // 1000}k' for c in cs])
+          for b, cs in BUDGETS.items()}
+    for fam, ax in _every_panel(drawn[0]['fig6_biphasic']):
+        assert lines(ax) == e5, fam              # no E6 run at 95% CLM, no 1B split in the 610m 42k line
+
+
+def test_fig7_series(drawn):
+    for fam, ax in _every_panel(drawn[0]['fig7_ratio_after_clm']):
+        assert lines(ax) == {'CLM then MLM': sorted(paper_experiments()['E6']),
+                             'MLM only': sorted(f'610m-mlm{r}-42k' for r in RATIOS)}, fam
+
+
+def test_fig8_and_appendix_figure(drawn):
+    for fam, ax in _every_panel(drawn[0]['fig8_cpt']):
+        assert lines(ax) == {f'from {o.upper()}': sorted([f'610m-{o}-42k'] + [f'610m-{o}-dec42k-mlm40-{k}k' for k in (44, 54, 64)])
+                             for o in ('clm', 'mlm40')}, fam
+    for fam, ax in _every_panel(drawn[0]['figA1_biphasic_largest']):
+        assert bars(ax) == ['1b-clm-10k-mlm40-42k', '1b-clm-42k', '1b-mlm40-42k'], fam
+
+
+def _table_rows(tables, first: int, title: str) -> list[list[str]]:
+    return [sorted(tables[f'T{first + i:02d}_{fam}_{title}'].checkpoint) for i, fam in enumerate(FAMILIES)]
+
+
+def test_tables_hold_the_right_models(drawn):
+    tables = drawn[1]
+    pure = sorted(paper_experiments()['E1'])
+    assert len(pure) == 15 and _table_rows(tables, 2, 'pure_models') == [pure] * 4
+    e3 = sorted(paper_experiments()['E3'])
+    assert _table_rows(tables, 6, 'data_efficiency') == [e3] * 4
+    e5 = sorted(paper_experiments()['E5'] + ['1b-clm-10k-mlm40-42k'])   # Figure 6's models; none of E6
+    assert _table_rows(tables, 10, 'biphasic') == [sorted(n for n in e5 if n.startswith('610m'))] * 4
+    assert _table_rows(tables, 14, 'continued_pretraining') == [sorted(n for n in paper_experiments()['E7'] if 'dec' in n)] * 4
+    qa = tables['T04_QA_pure_models']
+    assert 'qed' not in qa.columns and set(PAPER_DATASETS['QA']) <= set(qa.columns)
+    row = qa.set_index('checkpoint').loc['610m-mlm40-42k', 'QA mean']
+    assert row.startswith(f"{_score(CHECKPOINTS.index('610m-mlm40-42k'), 2):.2f}")
+
+
+def test_study_scores_ignore_datasets_outside_the_paper():
+    res = grid(['610m-mlm40-42k'])
+    qa = study_scores(res).set_index('family').loc['QA']
+    assert np.isclose(qa.score, _score(0, 2)) and qa.n_datasets == 3
+    assert np.isclose(study_scores(res.drop(columns='in_paper')).set_index('family').loc['QA'].score, _score(0, 2))
+
+
+def test_per_seed_selection_is_the_default_of_figures():
+    # seed 0 prefers LR 1e-5 on validation, seed 1 prefers 1e-4; the seed-mean prefers 1e-4
+    rows = [dict(checkpoint_name='610m-mlm40-42k', dataset='sst2', family='SC', lr=lr, seed=s, val_score=v, test_score=t)
+            for lr, s, v, t in [(1e-5, 0, .6, .30), (1e-4, 0, .5, .20), (1e-5, 1, .1, .10), (1e-4, 1, .9, .80)]]
+    res = pd.DataFrame(rows)
+    assert np.isclose(study_scores(res).score.item(), 55.0)
+    assert np.isclose(study_scores(res, 'mean').score.item(), 50.0)
+    import inspect
+    assert inspect.signature(render_all).parameters['selection'].default == 'per_seed'
+
+
+def test_command_line_draws_the_flops_variant(tmp_path):
+    e3 = paper_experiments()['E3']
+    csv = tmp_path/'results.csv'
+    csv.write_text(tidy_results(grid(e3, qed=False)).to_csv(index=False))
+    main(['--results', str(csv), '--out', str(tmp_path/'out'), '--scale', 'paper'])
+    for ext in ('png', 'pdf'):
+        assert (tmp_path/'out'/f'fig4b_data_efficiency_flops.{ext}').stat().st_size > 1000
+
+
+CELLS = [(a, p) for a in ('bidirectional', 'causal') for p in ('mean', 'last', 'first')]
+
+
+def protocol_grid() -> pd.DataFrame:
+    "The protocol ablation's rows: CLM at 60 + cell index + family/10 points, MLM 5 + 2 x cell index + family points above."
+    rows = []
+    for c, (attention, pooling) in enumerate(CELLS):
+        for f, fam in enumerate(FAMILIES):
+            clm = 60 + c + f / 10
+            for ck, score in (('610m-clm-42k', clm), ('610m-mlm40-42k', clm + 5 + 2 * c + f)):
+                for d, ds in enumerate(PAPER_DATASETS[fam]):
+                    for seed, s_off in enumerate((-0.3, 0.0, 0.3)):
+                        rows.append(dict(checkpoint_name=ck, dataset=ds, family=fam, lr=1e-4, seed=seed, val_score=.5,
+                                         test_score=(score + (d - 1) * 0.5 + s_off + 0.1 * seed * (ck == '610m-clm-42k')) / 100,
+                                         attention=attention, pooling=pooling))
+    return pd.DataFrame(rows)
+
+
+def test_protocol_figure_shows_the_gap_per_cell_and_paper_figures_only_the_papers_cell(tmp_path):
+    figs, tables = {}, {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figures, 'save_figure', lambda fig, folder, name, close=True: figs.__setitem__(name, fig) or [])
+        mp.setattr(figures, 'write_table', lambda df, folder, name, caption: tables.__setitem__(name, df) or [])
+        render_all(protocol_grid(), tmp_path, scale='paper')
+    gaps = tables['protocol_gap']
+    assert [tuple(r) for r in gaps[gaps.family == 'SC'][['attention', 'pooling']].values] == CELLS
+    for f, fam in enumerate(FAMILIES):
+        g = gaps[gaps.family == fam]
+        # the CLM seeds carry an extra 0, .1, .2 points (mean .1): the known gap is 5 + 2c + f - 0.1
+        assert np.allclose(g.gap, [5 + 2 * c + f - 0.1 for c in range(6)]), fam
+        assert (g.ci_low < g.gap).all() and (g.gap < g.ci_high).all()
+        heights = [b.get_height() for cont in figs['figP_protocol_gap'].axes[f].containers
+                   if isinstance(cont, BarContainer) for b in cont]
+        assert np.allclose(heights, g.gap)
+    # Figure 2 draws the paper's cell (bidirectional, mean) only: CLM 60.1 + f/10, MLM 65 + f + f/10
+    for f, ax in enumerate(figs['fig2_mlm_vs_clm'].axes):
+        got = sorted(round(b.get_height(), 6) for c in ax.containers if isinstance(c, BarContainer) for b in c if not np.isnan(b.get_height()))
+        assert np.allclose(got, [60 + f / 10 + 0.1, 65 + f / 10 + f]), f
+    plt.close('all')
 
 
 @pytest.mark.skipif(not (DEMO/'results.csv').is_file(), reason='no committed demo results yet')
@@ -15,11 +218,11 @@ def test_committed_demo_results_render_every_figure(tmp_path):
     results = read_results(DEMO/'results.csv')
     loss = pd.read_csv(DEMO/'cpt_loss.csv') if (DEMO/'cpt_loss.csv').is_file() else None
     files = render_all(results, tmp_path, 'demo', cpt_loss=loss)
-    names = {Path(f).name for f in files}
-    for n in ['fig1_overview', 'fig2_mlm_vs_clm', 'fig3_mask_ratio', 'fig4_data_efficiency', 'fig5_lr_stability',
-              'fig6_biphasic', 'fig7_ratio_after_clm', 'fig8_cpt', 'fig9_cpt_loss', 'figA1_biphasic_largest']:
-        assert f'{n}.png' in names and f'{n}.pdf' in names
-    assert len([n for n in names if n.startswith('T') and n.endswith('.tex')]) == 17
+    names_ = {Path(f).name for f in files}
+    for n in ['fig1_overview', 'fig2_mlm_vs_clm', 'fig3_mask_ratio', 'fig4_data_efficiency', 'fig4b_data_efficiency_flops',
+              'fig5_lr_stability', 'fig6_biphasic', 'fig7_ratio_after_clm', 'fig8_cpt', 'fig9_cpt_loss', 'figA1_biphasic_largest']:
+        assert f'{n}.png' in names_ and f'{n}.pdf' in names_
+    assert len([n for n in names_ if n.startswith('T') and n.endswith('.tex')]) == 17
     again = render_all(results, tmp_path/'again', 'demo', cpt_loss=loss)
     for a, b in zip(files, again):
         assert Path(a).read_bytes() == Path(b).read_bytes(), a

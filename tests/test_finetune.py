@@ -40,7 +40,7 @@ def test_papermill_finetunes_all_four_families(checkpoint, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     res = load_results(store)
     assert sorted(res.family.unique()) == ['IR', 'QA', 'SC', 'TC'] and len(res) == 8
-    assert set(res.checkpoint_name) == {'tiny-mlm40-42k'} and set(res.pretrain_objective) == {'mlm'}
+    assert set(res.checkpoint_name) == {'tiny-mlm40-42k-step-10'} and set(res.pretrain_objective) == {'mlm'}   # run and step
     assert res.test_score.between(0, 1).all() and res.steps.eq(4).all()
     assert res[res.family == 'QA'].test_exact_match.between(0, 1).all()
     printed = ''.join(''.join(o.get('text', '')) for c in json.loads((tmp_path/'ft.ipynb').read_text())['cells']

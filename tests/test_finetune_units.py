@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 import mlmclm.finetune as ft
-from mlmclm.core import read_jsonl
+from mlmclm.results import read_rows
 from mlmclm.data import load_tokenizer
 from mlmclm.model import TaskModel, load
 from mlmclm.tasks import TASKS
@@ -29,10 +29,10 @@ def test_a_failed_run_leaves_no_row_and_the_sweep_resumes(monkeypatch, tmp_path)
         return real(*a, **k)
     monkeypatch.setattr(ft, 'finetune_run', dies_on_second)
     with pytest.raises(KeyboardInterrupt): ft.finetune_sweep(cfg)
-    assert [r['seed'] for r in read_jsonl(cfg.results)] == [0]
+    assert [r['seed'] for r in read_rows(cfg.results)] == [0]
     monkeypatch.setattr(ft, 'finetune_run', real)
     ft.finetune_sweep(cfg)
-    assert sorted(r['seed'] for r in read_jsonl(cfg.results)) == [0, 1]
+    assert sorted(r['seed'] for r in read_rows(cfg.results)) == [0, 1]
 
 
 def test_trained_retriever_loads_in_sentence_transformers(tmp_path):

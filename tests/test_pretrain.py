@@ -1,10 +1,8 @@
-"""Pretraining end to end: processes, kills, papermill and the paper's configs."""
+"""Pretraining end to end: processes, papermill, the paper's configs, and pretraining on Slurm (job specs, sbatch files,
+dependencies, and a preempted job requeued through a pickle as submitit does, all on CPU)."""
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +10,8 @@ import torch
 
 from mlmclm.core import ConfigError, build_config, project_root, read_jsonl
 from mlmclm.model import load
-from mlmclm.pretrain import PretrainConfig, check_pretrain_config, paper_config
+from mlmclm.pretrain import PretrainConfig, check_pretrain_config, paper_config, pretrain
+from mlmclm.study import PretrainJob, demo_plan, main, paper_plan, pretrain_job_specs
 from mlmclm.vocab import paper_run_names
 
 ROOT = project_root()
@@ -44,26 +43,6 @@ def test_two_gloo_processes_equal_one_process_with_twice_the_accumulation(tmp_pa
     assert run['config']['grad_accum'] == 1
     diff = _max_diff(_weights(tmp_path/'one'/'checkpoints'/'step-6'), _weights(tmp_path/'two'/'checkpoints'/'step-6'))
     assert diff < 1e-5, diff        # same rows, same masks; only the order of float sums differs
-
-
-def test_a_killed_run_resumes_to_the_same_weights(tmp_path):
-    common = SMALL + ['schedule=mlm', 'total_steps=30', 'save_every=2', 'log_every=1', f'out_dir={tmp_path}']
-    assert _run(common + ['run_id=straight']).returncode == 0
-    proc = subprocess.Popen([PY, '-m', 'mlmclm.pretrain', 'run', *common, 'run_id=killed'], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    metrics = tmp_path/'killed'/'metrics.jsonl'
-    deadline = time.time() + 120
-    while time.time() < deadline and (not metrics.exists() or len(read_jsonl(metrics)) < 7):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL); proc.wait()
-    killed_at = read_jsonl(metrics)[-1]['step']
-    assert 7 <= killed_at < 30, killed_at
-    resumed = _run(common + ['run_id=killed'])
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert 'resumed from' in resumed.stdout + resumed.stderr
-    assert _max_diff(_weights(tmp_path/'straight'/'checkpoints'/'step-30'),
-                     _weights(tmp_path/'killed'/'checkpoints'/'step-30')) == 0.0
-    assert not list((tmp_path/'killed').glob('.*tmp*'))   # no half-written folder left behind
 
 
 def test_papermill_biphasic_line_works_and_rejects_typos(tmp_path):
@@ -111,3 +90,55 @@ def test_non_finite_loss_stops_with_a_clear_message(tmp_path):
                         'grad_clip=0', f'out_dir={tmp_path}', 'run_id=nan', 'save_every=1'])
     assert res.returncode != 0
     assert 'non-finite loss' in res.stderr
+
+
+# ---------------------------------------------------------------- pretraining on Slurm
+def test_the_sbatch_files_say_nodes_gpus_time_partition_requeue_and_the_signal(tmp_path):
+    from submitit.slurm.slurm import _make_sbatch_string
+    spec = pretrain_job_specs(paper_plan(), tmp_path, nodes=4, gpus_per_node=8, timeout_min=2880, partition='gpu')[0]
+    text = _make_sbatch_string(command='python -u -m submitit.core._submit /x', folder=tmp_path, **spec['slurm'])
+    for line in ('--nodes=4', '--gpus-per-node=8', '--ntasks-per-node=8', '--time=2880', '--partition=gpu',
+                 '--requeue', '--signal=USR2@180', f"--job-name=pretrain-{spec['run']}"):
+        assert f'#SBATCH {line}\n' in text, line
+    assert spec['params']['grad_accum'] == 2304 // (12 * 32) and spec['params']['run_id'] == spec['run']
+    assert spec['params']['out_dir'] == str(tmp_path) and spec['params']['data_subset'] == 'sample-350BT'
+
+
+class _FakeSlurm:
+    "Stands in for `submitit.SlurmExecutor`: records each submission's parameters and numbers the jobs."
+    submitted = []
+    def __init__(self, folder): self.parameters = {}
+    def update_parameters(self, **kw): self.parameters.update(kw)
+    def submit(self, job):
+        self.submitted.append((job.params['run_id'], dict(self.parameters)))
+        return type('Job', (), {'job_id': str(100 + len(self.submitted))})()
+
+
+def test_the_slurm_command_submits_each_pretraining_run_after_its_parent(tmp_path, monkeypatch, capsys):
+    import submitit
+    monkeypatch.setattr(submitit, 'SlurmExecutor', _FakeSlurm)
+    main(['slurm', '--what', 'pretrain', '--preset', 'demo', '--root', str(tmp_path), '--folder', str(tmp_path/'slurm'),
+          '--nodes', '2', '--gpus-per-node', '4', '--time', '90', '--partition', 'gpu'])
+    assert f'submitted {len(demo_plan().runs)} pretraining jobs' in capsys.readouterr().out
+    ids = {run: str(101 + i) for i, (run, _) in enumerate(_FakeSlurm.submitted)}
+    for run, params in _FakeSlurm.submitted:
+        parent = demo_plan().runs[run].parent
+        dep = params['additional_parameters'].get('dependency')
+        assert dep == (f'afterok:{ids[parent]}' if parent else None), (run, dep)
+        assert (params['nodes'], params['ntasks_per_node'], params['time'], params['partition']) == (2, 4, 90, 'gpu')
+
+
+def test_a_preempted_job_is_requeued_and_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path, capsys):
+    params = dict(size='tiny', schedule='mlm', total_steps=6, seq_len=32, batch_size=4, warmup_steps=1, decay_steps=2,
+                  save_every=2, log_every=1, progress=False, prefetch=0, out_dir=str(tmp_path))
+    straight = Path(PretrainJob(dict(params, run_id='straight'))())
+    job = PretrainJob(dict(params, run_id='preempted'))
+    pretrain(build_config(PretrainConfig, dict(job.params, stop_at_step=4)))     # the session Slurm preempts
+    requeued = job.checkpoint()                                                  # what submitit resubmits ...
+    requeued.dump(tmp_path/'submission.pkl')                                     # ... through a pickle
+    type(requeued).load(tmp_path/'submission.pkl').result()
+    assert 'resumed from' in capsys.readouterr().out
+    run = tmp_path/'preempted'
+    assert [m['step'] for m in read_jsonl(run/'metrics.jsonl')] == list(range(1, 7))
+    a, b = load(straight/'checkpoints'/'step-6').state_dict(), load(run/'checkpoints'/'step-6').state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 
 from mlmclm.core import ConfigError, project_root, read_jsonl
-from mlmclm.study import build_plan, finetune_jobs, launch, paper_plan, select
+from mlmclm.results import read_rows
+from mlmclm.study import (PRESETS, build_plan, describe, finetune_jobs, finetune_params, get_plan, launch, paper_plan,
+                          protocol_ablation_plan, select)
+from mlmclm.vocab import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS
 
 ROOT = project_root()
 
@@ -18,16 +21,49 @@ def test_plan_command_prints_the_papers_counts():
     assert out.returncode == 0, out.stderr
     text = out.stdout
     for label, n in [('pretraining runs', '38'), ('final models', '38'), ('evaluated checkpoints', '50'),
-                     ('fine-tuning runs', '15,120')]:
+                     ('fine-tuning runs', '18,000')]:
         assert any(line.split() and label in line and n in line for line in text.splitlines()), (label, text)
     assert 'GPU-hours' in text and '110,000' in text
+    assert '--preset paper-15120' in text and '15,120' in text      # how to get the cheaper grid
 
 
-def test_slurm_jobs_cover_every_finetuning_run_once():
-    plan = paper_plan()
+def test_the_cheaper_grid_is_a_preset():
+    text = describe(get_plan('paper-15120'))
+    assert any('fine-tuning runs' in line and '15,120' in line for line in text.splitlines()), text
+    every = {e.name: e.datasets for e in get_plan('paper').evals}
+    cheap = {e.name: e.datasets for e in get_plan('paper-15120').evals}
+    assert every.keys() == cheap.keys()
+    assert {len(every[n]) for n in every} == {12}
+    assert {len(cheap[n]) for n in cheap if n.rsplit('-', 1)[-1].isdigit()} == {4}   # intermediate: one per family
+
+
+@pytest.mark.parametrize('preset, n', [('paper', 18000), ('paper-15120', 15120), ('protocol-ablation', 4320)])
+def test_slurm_jobs_cover_every_finetuning_run_once(preset, n):
+    plan = PRESETS[preset]()
     rows = [(j['checkpoint'], t, j['lr'], j['seed']) for j in finetune_jobs(plan) for t in j['tasks'].split(',')]
-    assert len(rows) == len(set(rows)) == 15120
+    assert len(rows) == len(set(rows)) == n
     assert set(rows) == set(plan.finetune_runs())
+
+
+def test_protocol_ablation_plan_without_running_it(tmp_path):
+    plan = get_plan('protocol-ablation')
+    cells = [(a, p) for a in ('bidirectional', 'causal') for p in ('mean', 'last', 'first')]
+    assert plan.runs == {} and plan.counts()['finetuning_runs'] == 2 * 6 * len(PAPER_TASKS) * len(PAPER_LRS) * len(PAPER_SEEDS)
+    grid = {(e.source, dict(e.protocol)['attention'], dict(e.protocol)['pooling']) for e in plan.evals}
+    assert grid == {(src, a, p) for src in ('MLMvsCLM/610m-clm-42k', 'MLMvsCLM/610m-mlm40-42k') for a, p in cells}
+    assert all(e.datasets == PAPER_TASKS for e in plan.evals)
+    # what the fine-tuning notebook receives for each point: the released model, its name, and the cell
+    for e in plan.evals:
+        p = finetune_params(plan, e, tmp_path)
+        assert (p['checkpoint'], p['checkpoint_name']) == (e.source, e.source.split('/')[1])
+        assert (p['attention'], p['pooling']) == (dict(e.protocol)['attention'], dict(e.protocol)['pooling'])
+        assert (p['lrs'], p['seeds'], p['tasks']) == (','.join(map(str, PAPER_LRS)), '0,1,2,3,4', ','.join(PAPER_TASKS))
+        assert p['max_steps'] is None and p['max_eval_examples'] is None   # the paper's protocol (train_steps), not the demo's
+    small = protocol_ablation_plan(('MLMvsCLM/610m-clm-42k',), datasets=('sst2', 'nq'), lrs=(1e-4,), seeds=(0, 1))
+    assert small.counts()['finetuning_runs'] == 1 * 6 * 2 * 1 * 2
+    assert len(select(plan, pattern='610m-mlm40-42k@causal-*').evals) == 3
+    with pytest.raises(ConfigError, match="pooling=\\('max',\\)"):
+        protocol_ablation_plan(pooling=('max',))
 
 
 def test_selection_errors_name_the_bad_value():
@@ -54,6 +90,6 @@ def test_launcher_skips_finished_runs_and_resumes_the_rest(tmp_path):
     launch(plan, tmp_path, progress=False)                   # the whole study: the rest runs, nothing is redone
     assert done_nb.stat().st_mtime_ns == stamp
     assert (tmp_path/'tiny-mlm40-42k'/'done.json').is_file()
-    rows = read_jsonl(tmp_path/'results.jsonl')
+    rows = read_rows(tmp_path/'results.jsonl')
     assert sorted(r['checkpoint_name'] for r in rows) == ['tiny-clm-42k', 'tiny-mlm40-42k']
     assert rows[0]['pretrain_run_id'] in ('tiny-clm-42k', 'tiny-mlm40-42k')   # pretraining metadata travels

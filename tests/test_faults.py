@@ -1,0 +1,364 @@
+"""Fault injection on the results store (issue 15): SIGKILL of a fine-tuning sweep and of an import mid-way, concurrent
+sweeps and writers on one store, a compaction killed or racing writers, writes failing with ENOSPC / EIO / EFBIG, and
+bad inputs to fine-tuning, import and figures. After every fault: no row lost, none duplicated, nothing finished
+redone. Pretraining's faults are in tests/test_pretrain*.py."""
+import errno
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+import mlmclm.finetune as ft
+import mlmclm.paper_runs as pr
+import mlmclm.results as res
+from mlmclm.core import ConfigError, WriteError, build_config, project_root
+from mlmclm.results import load_results, read_rows, run_key
+
+ROOT = project_root()
+ENV = dict(os.environ, HF_HUB_OFFLINE='1', HF_DATASETS_OFFLINE='1', MPLBACKEND='Agg', TOKENIZERS_PARALLELISM='false',
+           OMP_NUM_THREADS='1', PYTHONPATH=str(ROOT))
+SHARD_ROWS = r'\.d/(compacting/)?[^/]+(?<!\.scores)\.jsonl$'   # a writer's shard of rows
+
+# A worker run in a subprocess: the sweep (or an import) with an optional fault: SIGKILL of itself in the middle of
+# its Nth write to a shard (half the bytes written: a torn line), or a file-size limit (`ulimit -f`).
+WORKER = r'''
+import json, os, re, resource, signal, sys
+import mlmclm.core as core
+job = json.loads(sys.argv[1])
+if job.get('kill_at_write'):
+    real, n = core._write_all, [0]
+    def torn(fd, data):
+        if re.search(job['kill_path'], os.readlink(f'/proc/self/fd/{fd}')):
+            n[0] += 1
+            if n[0] == job['kill_at_write']:
+                real(fd, data[:len(data) // 2]); os.kill(os.getpid(), signal.SIGKILL)
+        real(fd, data)
+    core._write_all = torn
+if job.get('fsize'):
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)            # so the kernel answers EFBIG instead of killing us
+    resource.setrlimit(resource.RLIMIT_FSIZE, (job['fsize'], job['fsize']))
+if job['what'] == 'sweep':
+    import torch; torch.set_num_threads(1)
+    import mlmclm.finetune as ft
+    ft.finetune_sweep(ft.FinetuneConfig(**job['cfg']))
+elif job['what'] == 'import':
+    from mlmclm.paper_runs import main
+    main(['import', job['tree'], '--results', job['store']] + job.get('args', []))
+else:                                                        # claim-protected fake work: the sweep's protocol, no torch
+    import time
+    from mlmclm.results import StoreWriter, claim_work, current_rows, finetune_work, needs_run, read_rows, run_key
+    units = [(f"ck{u % 2}", 'sst2', 1e-4, u) for u in range(job['units'])]
+    units = units[job['rotate']:] + units[:job['rotate']]
+    for ck, ds, lr, seed in units:
+        keys = [run_key(dict(checkpoint_name=ck, dataset=ds, lr=lr, seed=seed))]
+        with claim_work(job['store'], finetune_work(ck, ds, lr, seed), lease_s=60) as mine:
+            if not mine or not needs_run(current_rows(read_rows(job['store'], warn=False)), keys): continue
+            time.sleep(0.005)
+            with StoreWriter(job['store'], note=job['who']) as w:   # a short-lived writer per row: many closed shards
+                w.append([dict(checkpoint_name=ck, dataset=ds, family='SC', lr=lr, seed=seed, val_score=.5,
+                               test_score=.5, worker=job['who'])])
+'''
+
+
+@pytest.fixture(autouse=True, scope='module')
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
+def worker(tmp_path):
+    script = tmp_path/'worker.py'
+    script.write_text(WORKER)
+    def start(job: dict) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, str(script), json.dumps(job)], cwd=ROOT, env=ENV,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start
+
+
+def sweep_cfg(store, **kw) -> dict:
+    "Six tiny fine-tuning runs (one task, 2 LRs x 3 seeds, one step each)."
+    return dict(dict(tasks='rt_sentiment', lrs='1e-3,2e-3', seeds='0,1,2', max_steps=1, eval_every=1, batch_size=4,
+                     micro_batch_size=4, max_eval_examples=4, results=str(store), progress=False), **kw)
+
+
+def expected_keys(name, lrs=(1e-3, 2e-3), seeds=(0, 1, 2), dataset='rt_sentiment'):
+    return {run_key(dict(checkpoint_name=name, dataset=dataset, lr=lr, seed=s)) for lr in lrs for s in seeds}
+
+
+def stored(store) -> Counter:
+    "How many complete rows each run has on disk (not deduplicated)."
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        return Counter(run_key(r) for r in read_rows(store, warn=False))
+
+
+def row_ids(store) -> dict:
+    return {r['row_id']: r for r in read_rows(store, warn=False) if 'row_id' in r}
+
+
+def assert_each_once(store, keys):
+    counts = stored(store)
+    assert set(counts) == set(keys), (set(keys) - set(counts), set(counts) - set(keys))
+    assert max(counts.values()) == 1, {k: n for k, n in counts.items() if n > 1}
+
+
+# ---------------------------------------------------------------- SIGKILL, then rerun
+def test_sweep_killed_in_the_middle_of_a_row_write_resumes_exactly(tmp_path, worker):
+    store = tmp_path/'results.jsonl'
+    p = worker(dict(what='sweep', cfg=sweep_cfg(store), kill_at_write=3, kill_path=SHARD_ROWS))
+    p.communicate(timeout=600)
+    assert p.returncode == -signal.SIGKILL
+    before = row_ids(store)
+    assert len(before) == 2                                     # two rows landed, the third is torn
+    assert list((store.with_suffix('.d')/'claims').glob('*.claim')), 'the killed worker left its claim behind'
+    ft.finetune_sweep(ft.FinetuneConfig(**sweep_cfg(store)))    # the rerun takes over the dead worker's claim
+    after = row_ids(store)
+    assert all(after[i] == r for i, r in before.items())        # nothing lost or changed
+    assert_each_once(store, expected_keys('tiny-random'))       # none duplicated, nothing finished redone
+    assert not list((store.with_suffix('.d')/'claims').glob('*.claim'))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('point', range(5))
+def test_sweep_killed_at_a_random_moment_resumes_exactly(tmp_path, worker, point):
+    rng = random.Random(point)
+    store = tmp_path/'results.jsonl'
+    p = worker(dict(what='sweep', cfg=sweep_cfg(store)))
+    rows, deadline = rng.choice([0, 1, 2, 3, 5]), time.time() + 600   # let this many rows land, then a random moment
+    while time.time() < deadline and p.poll() is None and len(stored(store)) < rows: time.sleep(0.05)
+    time.sleep(rng.uniform(0, 1.5))
+    p.send_signal(signal.SIGKILL); p.communicate()
+    before = row_ids(store)
+    ft.finetune_sweep(ft.FinetuneConfig(**sweep_cfg(store)))
+    assert all(row_ids(store)[i] == r for i, r in before.items())
+    assert_each_once(store, expected_keys('tiny-random'))
+    print(f'killed after {len(before)} of 6 rows')
+
+
+def test_import_killed_mid_write_resumes_exactly(tmp_path, worker):
+    pr.write_fixture_tree(tmp_path/'E')                         # 48 good files, 3 bad
+    store = tmp_path/'results.jsonl'
+    p = worker(dict(what='import', tree=str(tmp_path/'E'), store=str(store), args=['--batch', '10'],
+                    kill_at_write=3, kill_path=SHARD_ROWS))
+    p.communicate(timeout=300)
+    assert p.returncode == -signal.SIGKILL
+    before = row_ids(store)
+    assert 20 <= len(before) < 30                               # two batches of 10, and the complete lines of the torn one
+    report = pr.import_tree(tmp_path/'E', store, progress=False)
+    assert (report['imported'], report['already_there'], len(report['skipped'])) == (48 - len(before), len(before), 3)
+    assert all(row_ids(store)[i] == r for i, r in before.items())
+    assert len(stored(store)) == 48 and max(stored(store).values()) == 1
+    assert len(res.read_examples(store)) == 48                  # per-example scores of every run, killed or not
+
+
+# ---------------------------------------------------------------- concurrent workers on one store
+def test_two_concurrent_sweeps_on_one_checkpoint_do_each_run_once(tmp_path, worker):
+    store = tmp_path/'results.jsonl'
+    procs = [worker(dict(what='sweep', cfg=sweep_cfg(store))) for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=900)
+        assert p.returncode == 0, err[-3000:]
+    assert_each_once(store, expected_keys('tiny-random'))
+
+
+@pytest.mark.slow
+def test_four_concurrent_sweeps_on_two_checkpoints_do_each_run_once(tmp_path, worker):
+    from test_store_items import tiny_checkpoint
+    cks = [tiny_checkpoint(tmp_path/'run'/'checkpoints'/f'step-{s}', step=s, seed=s) for s in (10, 20)]
+    store = tmp_path/'results.jsonl'
+    procs = [worker(dict(what='sweep', cfg=sweep_cfg(store, checkpoint=str(ck)))) for ck in cks for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=1800)
+        assert p.returncode == 0, err[-3000:]
+    assert_each_once(store, expected_keys('r-step-10') | expected_keys('r-step-20'))
+
+
+@pytest.mark.parametrize('n_workers', [2, 4])
+def test_concurrent_claimed_workers_do_each_unit_once(tmp_path, worker, n_workers):
+    store = tmp_path/'results.jsonl'
+    procs = [worker(dict(what='fake', store=str(store), units=40, rotate=i * 7, who=f'w{i}')) for i in range(n_workers)]
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+    keys = {run_key(dict(checkpoint_name=f'ck{u % 2}', dataset='sst2', lr=1e-4, seed=u)) for u in range(40)}
+    assert_each_once(store, keys)
+    assert len({r['worker'] for r in read_rows(store)}) > 1    # the work really was shared
+
+
+def test_compaction_while_writers_run_loses_nothing(tmp_path, worker):
+    store = tmp_path/'results.jsonl'
+    procs = [worker(dict(what='fake', store=str(store), units=60, rotate=i * 20, who=f'w{i}')) for i in range(3)]
+    compactions = 0
+    while any(p.poll() is None for p in procs):
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            res.compact(store); compactions += 1
+        time.sleep(0.02)
+    for p in procs:
+        out, err = p.communicate()
+        assert p.returncode == 0, err[-3000:]
+    res.compact(store)
+    assert compactions >= 2
+    keys = {run_key(dict(checkpoint_name=f'ck{u % 2}', dataset='sst2', lr=1e-4, seed=u)) for u in range(60)}
+    assert_each_once(store, keys)
+    assert list(store.with_suffix('.d').glob('*.jsonl')) == []  # everything merged into the main file
+
+
+def test_a_compaction_killed_midway_loses_nothing_and_the_next_one_finishes(tmp_path, monkeypatch):
+    store = tmp_path/'results.jsonl'
+    rows = [dict(checkpoint_name='m', dataset='sst2', family='SC', lr=1e-4, seed=s, val_score=.5, test_score=.5) for s in range(6)]
+    for r in rows:
+        with res.StoreWriter(store) as w: w.append([dict(r, test_scores_i=[1, 0])])
+    def killed(*a, **k): raise KeyboardInterrupt('killed after moving the shards')
+    monkeypatch.setattr(res, '_merge', killed)
+    with pytest.raises(KeyboardInterrupt): res.compact(store)
+    assert len(list((store.with_suffix('.d')/'compacting').glob('*.jsonl'))) == 12   # moved, not yet merged
+    assert len(load_results(store)) == 6 and len(res.read_examples(store)) == 6       # readers still see them all
+    monkeypatch.undo()
+    res.compact(store)                                          # the compact claim of the "killed" one was released
+    assert len(load_results(store)) == 6 and len(res.read_examples(store)) == 6
+    assert max(stored(store).values()) == 1
+
+
+# ---------------------------------------------------------------- writes that fail
+def fail_writes(monkeypatch, call: str, err: int, nth: int, pattern: str = SHARD_ROWS):
+    "Make `os.<call>` fail with `err` from its `nth` use on a file matching `pattern`."
+    real, n = getattr(os, call), [0]
+    def failing(fd, *a):
+        try: target = os.readlink(f'/proc/self/fd/{fd}')
+        except OSError: target = ''
+        if re.search(pattern, target):
+            n[0] += 1
+            if n[0] >= nth: raise OSError(err, os.strerror(err))
+        return real(fd, *a)
+    monkeypatch.setattr(os, call, failing)
+
+
+def test_disk_full_during_a_sweep_names_the_file_and_keeps_earlier_rows(tmp_path, monkeypatch):
+    store = tmp_path/'results.jsonl'
+    cfg = ft.FinetuneConfig(**sweep_cfg(store, seeds='0,1'))
+    fail_writes(monkeypatch, 'write', errno.ENOSPC, nth=2)
+    with pytest.raises(WriteError, match=r'No space left on device: could not append to .*results\.d/.*\.jsonl; '
+                                         r'the rows written before are intact') as e:
+        ft.finetune_sweep(cfg)
+    assert e.value.errno == errno.ENOSPC
+    assert len(stored(store)) == 1                              # the first run's row, intact
+    monkeypatch.undo()                                          # space freed
+    ft.finetune_sweep(cfg)
+    assert_each_once(store, expected_keys('tiny-random', seeds=(0, 1)))
+
+
+def test_io_error_on_fsync_during_an_import_names_the_file_and_keeps_earlier_rows(tmp_path, monkeypatch):
+    pr.write_fixture_tree(tmp_path/'E')
+    store = tmp_path/'results.jsonl'
+    fail_writes(monkeypatch, 'fsync', errno.EIO, nth=3)
+    with pytest.raises(WriteError, match=r'Input/output error: could not append to .*results\.d/'):
+        pr.import_tree(tmp_path/'E', store, progress=False, batch=10)
+    assert len(stored(store)) >= 20                             # the batches before the failing one
+    monkeypatch.undo()
+    pr.import_tree(tmp_path/'E', store, progress=False)
+    assert len(stored(store)) == 48 and max(stored(store).values()) == 1
+
+
+def test_file_size_limit_during_an_import_is_a_clear_error_and_a_rerun_completes(tmp_path, worker):
+    pr.write_fixture_tree(tmp_path/'E')
+    store = tmp_path/'results.jsonl'
+    p = worker(dict(what='import', tree=str(tmp_path/'E'), store=str(store), args=['--batch', '10'], fsize=12_000))
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 2, (out, err)
+    assert 'error: [Errno 27] File too large: could not append to' in err and 'results.d/' in err
+    assert 'Traceback' not in err
+    before = row_ids(store)
+    assert 10 <= len(before) < 48
+    pr.import_tree(tmp_path/'E', store, progress=False)
+    assert all(row_ids(store)[i] == r for i, r in before.items())
+    assert len(stored(store)) == 48 and max(stored(store).values()) == 1
+
+
+# ---------------------------------------------------------------- bad inputs
+def _tree(tmp_path, text: bytes | str, dataset='sst2', family='SC') -> Path:
+    run = tmp_path/'results'/'610m-clm-42k'/family/dataset/'lr1e-04_sd0'; run.mkdir(parents=True)
+    (run/'results.json').write_bytes(text.encode() if isinstance(text, str) else text)
+    return tmp_path
+
+
+def _skip_reason(tmp_path, text, **kw) -> str:
+    "The importer's reason for skipping the one file of a tree (it must skip it)."
+    report = pr.import_tree(_tree(tmp_path, text, **kw), tmp_path/'r.jsonl', progress=False)
+    assert report['imported'] == 0 and len(report['skipped']) == 1, report
+    return f"{report['skipped'][0]['path']}: {report['skipped'][0]['reason']}"
+
+
+def _finetune(tmp_path, monkeypatch, **kw):
+    "Run a sweep whose expensive part (loading the model) must never be reached."
+    def expensive(*a, **k): raise AssertionError('a bad input reached the expensive part')
+    monkeypatch.setattr(ft, '_load_base', expensive)
+    ft.finetune_sweep(build_config(ft.FinetuneConfig, dict(sweep_cfg(tmp_path/'r.jsonl'), **kw)))
+
+
+def _figures(tmp_path, capsys, results, *extra):
+    from mlmclm.figures import main
+    with pytest.raises(SystemExit): main(['--results', str(results), '--out', str(tmp_path/'f'), *extra])
+    return capsys.readouterr().err
+
+
+def _store(tmp_path, text: bytes) -> Path:
+    (tmp_path/'s.jsonl').write_bytes(text); return tmp_path/'s.jsonl'
+
+
+BAD_INPUTS = [   # (case, how to provoke it, what the message must say)
+    ('ft lrs infinite', lambda t, m, c: _finetune(t, m, lrs='1e-4,inf'), "lrs='1e-4,inf' holds a value that is not a finite number; allowed: learning rates > 0"),
+    ('ft lrs NaN', lambda t, m, c: _finetune(t, m, lrs='nan'), "lrs='nan' holds a value that is not a finite number"),
+    ('ft lrs not numbers', lambda t, m, c: _finetune(t, m, lrs='1e-4,fast'), "lrs='1e-4,fast' must be a comma list of numbers"),
+    ('ft lrs negative', lambda t, m, c: _finetune(t, m, lrs='-1e-3'), "lrs='-1e-3': learning rates must be > 0"),
+    ('ft seeds fractional', lambda t, m, c: _finetune(t, m, seeds='0,0.7'), "seeds='0,0.7': seeds must be whole numbers >= 0"),
+    ('ft seeds negative', lambda t, m, c: _finetune(t, m, seeds='-1'), "seeds='-1': seeds must be whole numbers >= 0"),
+    ('ft max_steps zero', lambda t, m, c: _finetune(t, m, max_steps=0), 'max_steps=0 is out of range; allowed: >= 1'),
+    ('ft batch_size a word', lambda t, m, c: _finetune(t, m, batch_size='big'), "batch_size='big' has type str; expected int"),
+    ('ft attention unknown', lambda t, m, c: _finetune(t, m, attention='sideways'), "attention='sideways' is not allowed; choose one of"),
+    ('ft unknown task', lambda t, m, c: _finetune(t, m, tasks='rt_sentiment,ner'), "unknown task 'ner'"),
+    ('ft missing checkpoint', lambda t, m, c: _finetune(t, m, checkpoint=str(t/'nope')), 'does not exist'),
+    ('ft results is a CSV', lambda t, m, c: _finetune(t, m, results=str(t/'r.csv')), "r.csv' names a CSV table; a results store is JSON lines: give a path ending in .jsonl"),
+    ('ft results is .json', lambda t, m, c: _finetune(t, m, results=str(t/'r.json')), "names a '.json' file; a results store is JSON lines"),
+    ('ft batch not a multiple', lambda t, m, c: _finetune(t, m, batch_size=6), 'batch_size=6 must be a multiple of micro_batch_size=4'),
+    ('import empty tree', lambda t, m, c: pr.import_tree(t, t/'r.jsonl'), 'no results.json found under'),
+    ('import not a folder', lambda t, m, c: pr.import_tree(t/'nope', t/'r.jsonl'), 'nope is not a folder'),
+    ('import into a CSV', lambda t, m, c: pr.import_tree(t, t/'r.csv'), "r.csv' names a CSV table"),
+    ('import score true', lambda t, m, c: _skip_reason(t, '{"validation": {"score": 0.5}, "test": {"score": true}}'), 'test score is true, a boolean; expected a number in [0, 1]'),
+    ('import score a string', lambda t, m, c: _skip_reason(t, '{"validation": {"score": "0.7"}, "test": {"score": 0.5}}'), "validation score is the string '0.7'"),
+    ('import score NaN', lambda t, m, c: _skip_reason(t, '{"validation": {"score": NaN}, "test": {"score": 0.5}}'), 'validation score is nan; expected a number in [0, 1]'),
+    ('import score above 1', lambda t, m, c: _skip_reason(t, '{"validation": {"score": 70.2}, "test": {"score": 0.5}}'), 'validation score is 70.2; expected a number in [0, 1]'),
+    ('import truncated file', lambda t, m, c: _skip_reason(t, '{"validation": {"score": 0.5}, "te'), 'malformed results.json (invalid JSON'),
+    ('import non-UTF-8 file', lambda t, m, c: _skip_reason(t, b'{"validation": {"score": 0.5}}\xff\xfe'), 'results.json is not UTF-8'),
+    ('import NaN per-example', lambda t, m, c: _skip_reason(t, '{"validation": {"score": 0.5}, "test": {"score": 0.5, "scores_i": [1, NaN]}}'), 'test scores_i is not a list of finite numbers'),
+    ('import unknown dataset', lambda t, m, c: _skip_reason(t, '{"validation": {"score": 0.5}, "test": {"score": 0.5}}', dataset='SST2'), "unknown dataset 'SST2' for family SC; expected one of ['sst2'"),
+    ('figures missing store', lambda t, m, c: _figures(t, c, t/'none.jsonl'), 'none.jsonl do not exist'),
+    ('figures store of garbage', lambda t, m, c: _figures(t, c, _store(t, b'{"checkpoint_name": "m", "lr": "x"}\n\xff\n')), 'no results to draw in'),
+    ('figures non-UTF-8 CSV', lambda t, m, c: _figures(t, c, _store(t, b'a,b\n\xff\xfe,1\n').rename(t/'s.csv')), 'cannot read results'),
+    ('figures CSV without scores', lambda t, m, c: _figures(t, c, _store(t, b'checkpoint_name,dataset\nm,sst2\n').rename(t/'s.csv')), "lacks the columns ['family', 'lr', 'seed', 'val_score', 'test_score']"),
+    ('figures unknown selection', lambda t, m, c: _figures(t, c, t/'r.jsonl', '--selection', 'best'), "argument --selection: invalid choice: 'best'"),
+    ('figures unknown scale', lambda t, m, c: _figures(t, c, t/'r.jsonl', '--scale', 'huge'), "argument --scale: invalid choice: 'huge'"),
+]
+
+
+@pytest.mark.parametrize('case, provoke, message', BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_inputs_fail_early_with_a_clear_message(tmp_path, monkeypatch, capsys, case, provoke, message):
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        try: text = provoke(tmp_path, monkeypatch, capsys)
+        except (ConfigError, FileNotFoundError) as e: text = str(e)
+    assert message in (text or ''), f'{case}: {text!r}'
+    assert 'Traceback' not in (text or '')
