@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import inspect
+import json
 import math
+import os
+import pickle
 import time
+from functools import cached_property
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -22,16 +27,18 @@ from .core import (ConfigError, append_jsonl, atomic_path, atomic_write_json, bu
                          pick_device, pick_dtype, project_root, read_json, read_jsonl, seed_everything)
 from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL
 from .model import TaskModel, build_model, check_checkpoint, load, save
-from .data import load_tokenizer
+from .data import _tokenizer_sha, load_tokenizer
 from .objectives import adamw
+from .packing import batch_backward, collate_packed, collate_padded, micro_batches, unpack_examples, unpack_tokens
 from .tasks import (SPLITS, TASKS, Task, entity_f1, load_task, majority_tag, ndcg_encodeval, ndcg_standard,
                           position_set_f1, resolve_tasks, sentence_macro_f1, squad_em, squad_f1)
 from .results import load_results, family_scores
 
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'KINDS', 'ST_POOLING', 'wrap', 'encode_sequence', 'word_of_tokens', 'encode_tokens',
-           'encode_answer_tokens', 'encode_spans', 'encode_texts', 'pad', 'FinetuneConfig', 'check_finetune_config',
-           'resolve_precision', 'train_steps', 'warmup_steps', 'encode_pairs', 'pad_pairs', 'RunContext', 'HeadKind',
+__all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'TOKENS_PER_GIB', 'KINDS', 'ST_POOLING', 'wrap', 'encode_sequence', 'word_of_tokens',
+           'encode_tokens', 'encode_answer_tokens', 'encode_spans', 'encode_texts', 'FinetuneConfig',
+           'check_finetune_config', 'resolve_precision', 'train_steps', 'warmup_steps', 'token_budget',
+           'examples_fingerprint', 'feature_cache_dir', 'cached_features', 'encode_pairs', 'RunContext', 'HeadKind',
            'head_kind', 'evaluate', 'cap_eval', 'task_model', 'finetune_run', 'st_tokenizer',
            'save_sentence_transformer', 'finetune_sweep']
 
@@ -159,22 +166,6 @@ def encode_texts(texts, tok, max_length: int, prefix: str, special_tokens: str =
     "Retrieval inputs with the authors' 'Query: ' / 'Document: ' prefixes."
     return [dict(input_ids=wrap(tok, _ids(tok, prefix + t), max_length, special_tokens)) for t in texts]
 
-
-def pad(features: list[dict], pad_id: int, keys=('input_ids',)) -> dict:
-    "Right-pad `input_ids` (and per-token `labels`) into tensors with an attention mask."
-    T = max(len(f['input_ids']) for f in features)
-    batch = dict(input_ids=torch.full((len(features), T), pad_id, dtype=torch.long),
-                 attention_mask=torch.zeros(len(features), T, dtype=torch.long))
-    for i, f in enumerate(features):
-        n = len(f['input_ids'])
-        batch['input_ids'][i, :n] = torch.tensor(f['input_ids']); batch['attention_mask'][i, :n] = 1
-    if 'labels' in features[0]:
-        batch['labels'] = torch.full((len(features), T), -100, dtype=torch.long)
-        for i, f in enumerate(features): batch['labels'][i, :len(f['labels'])] = torch.tensor(f['labels'])
-    for k in ('label', 'start', 'end'):
-        if k in features[0]: batch[k] = torch.tensor([f[k] for f in features])
-    return batch
-
 # %% ../nbs/03b_finetune.ipynb #0ed99b09
 def _option(name: str, what: str):
     "A `FinetuneConfig` field for protocol option `name` (default, choices and meanings from `FINETUNE_OPTIONS`)."
@@ -192,7 +183,14 @@ class FinetuneConfig:
     max_steps: int | None = param(None, 'cap on training steps (quick runs); None: the protocol (min(1000, one epoch), '
                                         'one epoch for conll2003_en and uner_en)', low=1)
     batch_size: int = param(FINETUNE.batch_size, 'effective batch size', low=1)
-    micro_batch_size: int = param(FINETUNE.batch_size, 'examples per forward pass (accumulate up to batch_size)', low=1)
+    micro_batch_size: int = param(FINETUNE.batch_size, 'at most this many examples per forward pass (accumulate up to '
+                                                       'batch_size)', low=1)
+    packing: bool = param(True, "pack each forward pass's examples into rows, attention within each example; False: "
+                                "pad them to the longest, one per row (as the authors' DataCollatorWithPadding)")
+    micro_batch_tokens: int | None = param(None, 'packed: at most this many tokens per forward pass (None: '
+                                                 '`token_budget` of the device)', low=8)
+    feature_cache: str | None = param(None, "folder of tokenized tasks that runs and a node's jobs share (None: "
+                                            "$MLMCLM_FEATURE_CACHE, else 'features' beside the results store); 'off': none")
     select_step: str = _option('select_step', 'which weights are tested')
     eval_every: int = param(FINETUNE.eval_every, "validation interval in steps (select_step='best' only)", low=1)
     max_eval_examples: int | None = param(None, 'cap on validation/test examples (quick runs)', low=1)
@@ -256,23 +254,50 @@ def warmup_steps(steps: int, rule: str = 'ceil') -> int:
     return max(1, round(FINETUNE.warmup_ratio * steps))
 
 # %% ../nbs/03b_finetune.ipynb #80e643af
+CPU_TOKENS, TOKENS_PER_GIB = 1024, 256
+
+def token_budget(device: torch.device,  # where the run trains
+                 max_length: int,       # the longest input of the run
+                ) -> int:               # tokens per packed forward pass
+    "The default `micro_batch_tokens`: 1,024 on a CPU, 256 per GiB of a GPU's memory; at least `max_length`."
+    if device.type != 'cuda': return max(CPU_TOKENS, max_length)
+    gib = torch.cuda.get_device_properties(device).total_memory / 2**30
+    return max(int(gib * TOKENS_PER_GIB) // 1024 * 1024, max_length)
+
+
+def examples_fingerprint(examples, samples: int = 16) -> str:
+    "A short hash of `examples` (a list of dicts or texts): their count and `samples` of them, evenly spread."
+    n = len(examples)
+    picks = sorted({round(i * (n - 1) / max(1, samples - 1)) for i in range(samples)}) if n else []
+    text = repr((n, [examples[int(i)] for i in picks]))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def feature_cache_dir(cfg) -> Path | None:
+    "The folder of cached features for `cfg` (a `FinetuneConfig`); None when `feature_cache='off'`."
+    if cfg.feature_cache == 'off': return None
+    if cfg.feature_cache: return Path(cfg.feature_cache)
+    if os.environ.get('MLMCLM_FEATURE_CACHE'): return Path(os.environ['MLMCLM_FEATURE_CACHE'])
+    return Path(cfg.results or project_root()/'runs'/'finetune'/'results.jsonl').parent/'features'
+
+
+def cached_features(folder: Path,        # the cache folder
+                    key: dict,           # everything the features depend on (JSON-able)
+                    encode: Callable,    # () -> the features, when the cache has none
+                   ) -> list[dict]:
+    "The features of `key` from `folder`, or `encode()`'s, written there atomically for the next run."
+    name = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=16).hexdigest()
+    path = Path(folder)/f"{str(key.get('what', 'features')).split()[0]}-{name}.pkl"
+    if path.is_file():
+        try:
+            with open(path, 'rb') as f: return pickle.load(f)
+        except (OSError, EOFError, pickle.UnpicklingError): pass   # unreadable: rebuilt below
+    feats = encode()
+    with atomic_path(path) as tmp: tmp.write_bytes(pickle.dumps(feats, protocol=pickle.HIGHEST_PROTOCOL))
+    return feats
+
+# %% ../nbs/03b_finetune.ipynb #ab4fb7f4
 def _to(batch, device): return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
-
-
-def _loss_sequence(model, batch): return F.cross_entropy(model(batch['input_ids'], batch['attention_mask']).float(), batch['label'])
-
-def _loss_token(model, batch):
-    logits = model(batch['input_ids'], batch['attention_mask']).float()
-    return F.cross_entropy(logits.flatten(0, 1), batch['labels'].flatten(), ignore_index=-100)
-
-def _loss_span(model, batch):
-    start, end = model(batch['input_ids'], batch['attention_mask'])
-    return (F.cross_entropy(start.float(), batch['start']) + F.cross_entropy(end.float(), batch['end'])) / 2
-
-def _loss_embedding(model, batch):
-    q = F.normalize(model(batch['q_input_ids'], batch['q_attention_mask']).float(), dim=-1)   # (B, hidden)
-    d = F.normalize(model(batch['d_input_ids'], batch['d_attention_mask']).float(), dim=-1)   # (B, hidden)
-    return F.cross_entropy(FINETUNE.retrieval_scale * q @ d.T, torch.arange(len(q), device=q.device))
 
 
 def encode_pairs(examples, tok, max_length: int, special_tokens: str = 'eos') -> list[dict]:
@@ -281,14 +306,7 @@ def encode_pairs(examples, tok, max_length: int, special_tokens: str = 'eos') ->
     d = encode_texts([e['positive'] for e in examples], tok, max_length, 'Document: ', special_tokens)
     return [dict(q=a, d=b) for a, b in zip(q, d)]
 
-
-def pad_pairs(features: list[dict], pad_id: int) -> dict:
-    "Queries and passages of a batch of pairs, each padded on its own."
-    q, d = pad([f['q'] for f in features], pad_id), pad([f['d'] for f in features], pad_id)
-    return dict(q_input_ids=q['input_ids'], q_attention_mask=q['attention_mask'],
-                d_input_ids=d['input_ids'], d_attention_mask=d['attention_mask'])
-
-# %% ../nbs/03b_finetune.ipynb #ab4fb7f4
+# %% ../nbs/03b_finetune.ipynb #13087d46
 @dataclass
 class RunContext:
     "What the pieces of one fine-tuning run share."
@@ -297,20 +315,51 @@ class RunContext:
     device: torch.device
     precision: str             # resolved: 'pure_bf16', 'amp_bf16' or 'fp32'
     cfg: FinetuneConfig        # the protocol options
+    tokens: int | None = None      # packed: tokens per forward pass (`token_budget` when the config leaves it open)
+    row_tokens: int | None = None  # packed: tokens per row (None: one row per forward pass)
+    cache: Path | None = None      # folder of cached features (`feature_cache`); None: tokenize every time
 
     def autocast(self):
         "bf16 autocast for both bf16 modes (the HF Trainer's `bf16: true` also autocasts bf16 weights); none in fp32."
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision != 'fp32')
 
+    @cached_property
+    def tokenizer_id(self) -> str: return _tokenizer_sha(self.tok)
+
+    def features(self, what: str, examples, encode: Callable) -> list[dict]:
+        "`encode()`, the features of `examples`, from the cache when an earlier run of the same inputs wrote them."
+        if self.cache is None: return encode()
+        return cached_features(self.cache, dict(what=what, tokenizer=self.tokenizer_id, max_length=self.max_length,
+                                                special_tokens=self.cfg.special_tokens, tc_mode=self.cfg.tc_mode,
+                                                examples=examples_fingerprint(examples)), encode)
+
+
+def _per_example(out: torch.Tensor, batch: dict, chunk: list[dict], per_token: bool) -> list[torch.Tensor]:
+    "One output tensor per example of `chunk`, in its order: a row (per-example heads) or its tokens (per-token heads)."
+    if 'document_ids' in batch:
+        return unpack_tokens(out, batch['cu_seqlens'], batch['order']) if per_token else list(unpack_examples(out, batch['order']))
+    return [out[j, :len(f['input_ids'])] for j, f in enumerate(chunk)] if per_token else list(out)
+
+
+def _eval_groups(feats: list[dict], run: RunContext) -> list[list[int]]:
+    "Indices of `feats` per forward pass: packed, longest first, within `run.tokens`; padded, 64 in order."
+    if not run.cfg.packing: return [list(range(i, min(i + 64, len(feats)))) for i in range(0, len(feats), 64)]
+    order = sorted(range(len(feats)), key=lambda i: -len(feats[i]['input_ids']))
+    return [[order[j] for j in mb.indices] for mb in micro_batches([feats[i] for i in order], max_tokens=run.tokens)]
+
 
 @torch.no_grad()
-def _forward_batches(model, feats, run: RunContext, bs: int = 64):
-    "Yield (features, padded batch, model output) over `feats`, `bs` at a time."
-    for i in range(0, len(feats), bs):
-        chunk = feats[i:i + bs]
-        batch = _to(pad(chunk, run.tok.pad_token_id), run.device)
-        with run.autocast(): out = model(batch['input_ids'], batch['attention_mask'])
-        yield chunk, batch, out
+def _example_outputs(model, feats: list[dict], run: RunContext) -> list:
+    "The model's output for each of `feats`, in their order, as fp32 on the CPU (span heads: a (start, end) pair)."
+    outs, pad_id = [None] * len(feats), run.tok.pad_token_id
+    for group in _eval_groups(feats, run):
+        chunk = [feats[i] for i in group]
+        b = _to(collate_packed(chunk, pad_id, run.row_tokens) if run.cfg.packing else collate_padded(chunk, pad_id), run.device)
+        with run.autocast(): out = model(b['input_ids'], b['attention_mask'], b.get('document_ids'))
+        parts = [_per_example(o.float().cpu(), b, chunk, model.kind in ('token', 'span'))
+                 for o in (out if isinstance(out, tuple) else (out,))]
+        for i, *o in zip(group, *parts): outs[i] = tuple(o) if len(o) > 1 else o[0]
+    return outs
 
 
 def _mean_of(scores_i: list[float], **others) -> dict:
@@ -318,8 +367,8 @@ def _mean_of(scores_i: list[float], **others) -> dict:
 
 
 def _eval_sequence(task, model, examples, run: RunContext) -> dict:
-    feats = encode_sequence(examples, run.tok, run.max_length, run.cfg.special_tokens)
-    preds = torch.cat([o.argmax(-1).cpu() for _, _, o in _forward_batches(model, feats, run)])
+    feats = run.features('sequence', examples, lambda: encode_sequence(examples, run.tok, run.max_length, run.cfg.special_tokens))
+    preds = torch.stack(_example_outputs(model, feats, run)).argmax(-1)
     return _mean_of((preds == torch.tensor([e['label'] for e in examples])).float().tolist())
 
 
@@ -333,11 +382,11 @@ def _word_predictions(feature, pred, majority: bool) -> dict:
 
 def _eval_token(task, model, examples, run: RunContext) -> dict:
     encodeval = run.cfg.tc_mode == 'encodeval'
-    feats = encode_tokens(examples, run.tok, run.max_length, run.cfg.special_tokens, label_all=encodeval)
+    feats = run.features('token', examples, lambda: encode_tokens(examples, run.tok, run.max_length, run.cfg.special_tokens,
+                                                                  label_all=encodeval))
     true, pred = [], []   # tag ids of the words that kept at least one token
-    for n, (f, p) in enumerate((f, p) for chunk, _, logits in _forward_batches(model, feats, run)
-                               for f, p in zip(chunk, logits.argmax(-1).cpu())):
-        words = _word_predictions(f, p, majority=encodeval)
+    for n, (f, logits) in enumerate(zip(feats, _example_outputs(model, feats, run))):
+        words = _word_predictions(f, logits.argmax(-1), majority=encodeval)
         true.append([examples[n]['tags'][w] for w in sorted(words)]); pred.append([words[w] for w in sorted(words)])
     sentence = [sentence_macro_f1(t, p) for t, p in zip(true, pred)]
     entity = entity_f1([[task.labels[i] for i in s] for s in true], [[task.labels[i] for i in s] for s in pred])
@@ -353,13 +402,13 @@ def _predicted_text(positions: list[int], offsets: list, context: str) -> str:
 
 def _eval_answer_tokens(task, model, examples, run: RunContext) -> dict:
     "EncodEval's QA score (position-set F1), with SQuAD F1 and exact match of the predicted span as second metrics."
-    feats = encode_answer_tokens(examples, run.tok, run.max_length, run.cfg.special_tokens)
+    feats = run.features('answer_tokens', examples,
+                         lambda: encode_answer_tokens(examples, run.tok, run.max_length, run.cfg.special_tokens))
     f1s, texts = [], []
-    for chunk, _, logits in _forward_batches(model, feats, run):
-        for f, p in zip(chunk, logits.argmax(-1).cpu()):
-            positions = [k for k in range(len(f['input_ids'])) if p[k] == 1]
-            f1s.append(position_set_f1(positions, [k for k, l in enumerate(f['labels']) if l == 1]))
-            texts.append(_predicted_text(positions, f['offsets'], examples[f['example']]['context']))
+    for f, logits in zip(feats, _example_outputs(model, feats, run)):
+        positions = (logits.argmax(-1) == 1).nonzero().flatten().tolist()
+        f1s.append(position_set_f1(positions, [k for k, l in enumerate(f['labels']) if l == 1]))
+        texts.append(_predicted_text(positions, f['offsets'], examples[f['example']]['context']))
     golds = [e['answers']['text'] for e in examples]
     return _mean_of(f1s, token_f1=float(np.mean(f1s)), squad_f1=float(np.mean([squad_f1(t, g) for t, g in zip(texts, golds)])),
                     exact_match=float(np.mean([squad_em(t, g) for t, g in zip(texts, golds)])))
@@ -380,14 +429,12 @@ def _best_span(f, start, end, context: str, allow_null: bool) -> tuple[float, st
 
 def _eval_span(task, model, examples, run: RunContext) -> dict:
     "`qa_mode='squad'`: the best span over every window of an example; SQuAD F1 and exact match over all gold answers."
-    feats = encode_spans(examples, run.tok, run.max_length, run.cfg.special_tokens)
+    feats = run.features('span', examples, lambda: encode_spans(examples, run.tok, run.max_length, run.cfg.special_tokens))
     allow_null = any(not e['answers']['text'] for e in examples)
     best = {}   # example -> (score, text): the best over its windows
-    for chunk, _, (start, end) in _forward_batches(model, feats, run):
-        start, end = start.float().cpu(), end.float().cpu()
-        for j, f in enumerate(chunk):
-            cand = _best_span(f, start[j], end[j], examples[f['example']]['context'], allow_null)
-            if cand and (f['example'] not in best or cand[0] > best[f['example']][0]): best[f['example']] = cand
+    for f, (start, end) in zip(feats, _example_outputs(model, feats, run)):
+        cand = _best_span(f, start, end, examples[f['example']]['context'], allow_null)
+        if cand and (f['example'] not in best or cand[0] > best[f['example']][0]): best[f['example']] = cand
     preds = [best.get(i, (0, ''))[1] for i in range(len(examples))]
     golds = [e['answers']['text'] for e in examples]
     f1s = [squad_f1(p, g) for p, g in zip(preds, golds)]
@@ -398,8 +445,9 @@ def _eval_embedding(task, model, examples, run: RunContext) -> dict:
     "Embed the queries and the corpus, rank by cosine, NDCG@10 per query in both forms (the score: `ndcg_mode`'s)."
     qids, dids = list(examples['queries']), list(examples['corpus'])
     def embed(texts, prefix):
-        feats = encode_texts(texts, run.tok, run.max_length, prefix, run.cfg.special_tokens)
-        return F.normalize(torch.cat([o.float().cpu() for _, _, o in _forward_batches(model, feats, run)]), dim=-1)
+        feats = run.features(f'texts {prefix}', texts, lambda: encode_texts(texts, run.tok, run.max_length, prefix,
+                                                                            run.cfg.special_tokens))
+        return F.normalize(torch.stack(_example_outputs(model, feats, run)), dim=-1)
     q = embed([examples['queries'][i] for i in qids], 'Query: '); d = embed([examples['corpus'][i] for i in dids], 'Document: ')
     top = (q @ d.T).topk(min(FINETUNE.ndcg_k, len(dids)), dim=-1)
     standard, encodeval = [], []
@@ -409,29 +457,27 @@ def _eval_embedding(task, model, examples, run: RunContext) -> dict:
     return _mean_of(encodeval if run.cfg.ndcg_mode == 'encodeval' else standard,
                     ndcg_encodeval=float(np.mean(encodeval)), ndcg_at_10=float(np.mean(standard)))
 
-# %% ../nbs/03b_finetune.ipynb #13087d46
+# %% ../nbs/03b_finetune.ipynb #ed870538
 @dataclass(frozen=True)
 class HeadKind:
     "How one head kind trains and is scored."
     head: str            # the TaskModel head it trains
     features: Callable   # (examples, run) -> training features
-    collate: Callable    # (features, pad_id) -> a batch of tensors
-    loss: Callable       # (model, batch) -> scalar loss
     evaluate: Callable   # (task, model, examples, run) -> {'score', 'scores_i', second metrics...}
 
 
 KINDS = {
     'sequence': HeadKind('sequence', lambda ex, run: encode_sequence(ex, run.tok, run.max_length, run.cfg.special_tokens),
-                         pad, _loss_sequence, _eval_sequence),
+                         _eval_sequence),
     'token': HeadKind('token', lambda ex, run: encode_tokens(ex, run.tok, run.max_length, run.cfg.special_tokens,
                                                              label_all=run.cfg.tc_mode == 'encodeval'),
-                      pad, _loss_token, _eval_token),
+                      _eval_token),
     'answer_tokens': HeadKind('token', lambda ex, run: encode_answer_tokens(ex, run.tok, run.max_length, run.cfg.special_tokens),
-                              pad, _loss_token, _eval_answer_tokens),
+                              _eval_answer_tokens),
     'span': HeadKind('span', lambda ex, run: encode_spans(ex, run.tok, run.max_length, run.cfg.special_tokens),
-                     pad, _loss_span, _eval_span),
+                     _eval_span),
     'embedding': HeadKind('embedding', lambda ex, run: encode_pairs(ex, run.tok, run.max_length, run.cfg.special_tokens),
-                          pad_pairs, _loss_embedding, _eval_embedding)}
+                          _eval_embedding)}
 
 
 def head_kind(task: Task, cfg: FinetuneConfig) -> str:
@@ -480,28 +526,27 @@ def task_model(base, kind: HeadKind, task: Task, cfg: FinetuneConfig) -> TaskMod
     return TaskModel(copy.deepcopy(base), kind.head, num_labels, is_causal=cfg.attention == 'causal', **extra)
 
 
-def _train_step(model, kind: HeadKind, micro_batches: list[list], run: RunContext, opt, sched) -> None:
-    "One optimizer step over the micro-batches of one batch (gradients accumulated, then clipped)."
+def _train_step(model, kind: HeadKind, batch: list[dict], run: RunContext, opt, sched) -> float:
+    "One optimizer step on one batch: gradients accumulated over its micro-batches, clipped; returns the batch's loss."
     model.train()
-    for micro in micro_batches:
-        with run.autocast(): loss = kind.loss(model, _to(kind.collate(micro, run.tok.pad_token_id), run.device))
-        (loss / len(micro_batches)).backward()
+    loss = batch_backward(model, kind.head, batch, run.tok.pad_token_id, run.tokens if run.cfg.packing else None,
+                          run.cfg.micro_batch_size, run.cfg.packing, run.autocast, run.row_tokens)
     torch.nn.utils.clip_grad_norm_(model.parameters(), ADAMW.grad_clip)
     opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
+    return loss.item()
 
 
 def _scores(eval_tasks, model, data, split, run: RunContext) -> list[dict]:
     return [evaluate(t, model, cap_eval(data[t.name][split], run.cfg.max_eval_examples), run) for t in eval_tasks]
 
 
-def _train(model, kind, feats, steps, opt, sched, seed, run: RunContext, eval_tasks, data) -> int | None:
+def _train(model, kind, feats, steps, opt, sched, seed, run: RunContext, eval_tasks, data, losses: list) -> int | None:
     "Train `steps` steps in a seeded order; with `select_step='best'`, restore the best validation weights and return their step."
     cfg, best = run.cfg, (-1.0, None, None)   # validation score, step, weights
     order = np.random.default_rng(seed).permutation(len(feats))
     for step in range(1, steps + 1):
         idx = order[(step - 1) * cfg.batch_size: step * cfg.batch_size]
-        micro = [[feats[i] for i in idx[m:m + cfg.micro_batch_size]] for m in range(0, cfg.batch_size, cfg.micro_batch_size)]
-        _train_step(model, kind, micro, run, opt, sched)
+        losses.append(_train_step(model, kind, [feats[i] for i in idx], run, opt, sched))
         if cfg.select_step == 'best' and (step % cfg.eval_every == 0 or step == steps):
             score = float(np.mean([s['score'] for s in _scores(eval_tasks, model, data, 'validation', run)]))
             if score > best[0]: best = (score, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
@@ -511,7 +556,8 @@ def _train(model, kind, feats, steps, opt, sched, seed, run: RunContext, eval_ta
 
 def _result_rows(eval_tasks, val, test, run: RunContext, **facts) -> list[dict]:
     "One row per evaluated task: scores, per-example scores, second metrics, the protocol options and `facts`."
-    options = {k: getattr(run.cfg, k) for k in FINETUNE_OPTIONS} | dict(precision=run.precision, max_length=run.max_length)
+    options = {k: getattr(run.cfg, k) for k in FINETUNE_OPTIONS} | dict(precision=run.precision, max_length=run.max_length,
+                                                                         packing=run.cfg.packing, micro_batch_tokens=run.tokens)
     rows = []
     for t, v, s in zip(eval_tasks, val, test):
         row = dict(dataset=t.name, family=t.family, val_score=v['score'], test_score=s['score'], **facts, **options)
@@ -520,23 +566,34 @@ def _result_rows(eval_tasks, val, test, run: RunContext, **facts) -> list[dict]:
     return rows
 
 
+def _run_context(task: Task, tok, cfg: FinetuneConfig, model) -> RunContext:
+    "The run's context: token limit, device, precision, packed budgets (see `token_budget`) and feature cache."
+    device, max_length = pick_device(cfg.device), cfg.max_length or task.max_length
+    tokens = (cfg.micro_batch_tokens or token_budget(device, max_length)) if cfg.packing else None
+    rows = None if getattr(model.config, 'attn_backend', None) == 'flash' else max_length
+    return RunContext(tok, max_length, device, resolve_precision(cfg.precision, device), cfg, tokens, rows,
+                      feature_cache_dir(cfg))
+
+
 def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: float, seed: int,
-                 cfg: FinetuneConfig) -> list[dict]:
+                 cfg: FinetuneConfig,
+                 losses: list | None = None,   # each step's training loss is appended here when given
+                ) -> list[dict]:
     "Train on `task`'s training data, validate, test on each of `eval_tasks`; one result dict per evaluated task."
     from transformers import get_linear_schedule_with_warmup
-    device, t0 = pick_device(cfg.device), time.perf_counter()
-    run = RunContext(tok, cfg.max_length or task.max_length, device, resolve_precision(cfg.precision, device), cfg)
+    t0, kind = time.perf_counter(), KINDS[head_kind(task, cfg)]
+    run = _run_context(task, tok, cfg, base)
     seed_everything(seed)
-    kind = KINDS[head_kind(task, cfg)]
-    model = task_model(base, kind, task, cfg).to(device)
+    model = task_model(base, kind, task, cfg).to(run.device)
     if run.precision == 'pure_bf16': model.to(torch.bfloat16)   # before AdamW: its states follow the parameters' dtype
-    feats = kind.features(data[task.name]['train'], run)
+    train = data[task.name]['train']
+    feats = run.features(f'train {head_kind(task, cfg)}', train, lambda: kind.features(train, run))
     if not feats: raise ConfigError(f'task {task.name!r} has no training examples')
     steps = train_steps(task.name, len(feats), cfg)
     warmup = warmup_steps(steps, cfg.warmup)
-    opt = adamw(model, lr, fused=device.type == 'cuda')
+    opt = adamw(model, lr, fused=run.device.type == 'cuda')
     sched = get_linear_schedule_with_warmup(opt, num_warmup_steps=warmup, num_training_steps=steps)
-    best_step = _train(model, kind, feats, steps, opt, sched, seed, run, eval_tasks, data)
+    best_step = _train(model, kind, feats, steps, opt, sched, seed, run, eval_tasks, data, [] if losses is None else losses)
     val, test = (_scores(eval_tasks, model, data, s, run) for s in ('validation', 'test'))
     facts = dict(steps=steps, warmup_steps=warmup, **({'best_step': best_step} if cfg.select_step == 'best' else {}))
     rows = _result_rows(eval_tasks, val, test, run, **facts)

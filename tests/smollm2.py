@@ -65,7 +65,8 @@ def transformers_classifier_accuracy(folder: Path, train: list[dict], test: list
     classifier's weights start as `TaskModel`'s head does for the same seed, so the two runs differ only in the code
     that computes them (and in our head's bias, which starts at 0)."""
     from transformers import AutoModelForSequenceClassification, get_linear_schedule_with_warmup
-    from mlmclm.finetune import pad, warmup_steps
+    from mlmclm.finetune import warmup_steps
+    from mlmclm.packing import collate_padded as pad
     from mlmclm.objectives import adamw
     from mlmclm.vocab import ADAMW
     seen = {i for f in train + test for i in f['input_ids']}
