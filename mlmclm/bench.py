@@ -26,10 +26,10 @@ from .model import (MODEL_SIZES, TaskModel, Transformer, build_model, config_fro
 from .data import embedded_documents, load_tokenizer, packed_rows, pipeline_throughput, tokenize
 from .vocab import ADAMW, Phase
 from .objectives import IGNORE, adamw, chunked_cross_entropy, device_peak_flops, flops_per_token, lm_loss
-from .packing import batch_backward, micro_batches
+from .packing import batch_backward, micro_batches, pack_rows
 from .pretrain import step_batches
 from .tasks import TASKS
-from .finetune import token_budget
+from .finetune import packed_layout, token_budget
 
 # %% auto #0
 __all__ = ['BENCH_SHAPES', 'SIZES', 'FLOP_CONVENTION', 'FT_BATCH', 'TRAINER_MICRO', 'bench_config', 'make_batches', 'hf_model',
@@ -509,19 +509,29 @@ class FinetuneSide:
     max_tokens: int | None = None      # tokens per micro-batch
     packing: bool = False              # packed micro-batches (ours only)
     row_tokens: int | None = None      # packed: tokens per row (None: one row per micro-batch)
+    attn_backend: str | None = None    # ours: the model's attention backend (None: the benchmark's)
 
 
-def finetune_sides(max_tokens: int = 4096, row_tokens: int | None = None) -> list[FinetuneSide]:
+def finetune_sides(max_tokens: int = 4096, row_tokens: int | None = None,
+                   packed_backend: str | None = None) -> list[FinetuneSide]:
     "The Trainer (4 × 8, padded), ours padded at micro-batches of 4 and 32, and ours packed up to `max_tokens`."
     return [FinetuneSide('hf-trainer', trainer=True, max_examples=TRAINER_MICRO),
             FinetuneSide('ours mb4', max_examples=4), FinetuneSide('ours mb32', max_examples=32),
-            FinetuneSide('ours packed', max_tokens=max_tokens, packing=True, row_tokens=row_tokens)]
+            FinetuneSide('ours packed', max_tokens=max_tokens, packing=True, row_tokens=row_tokens,
+                         attn_backend=packed_backend)]
+
+
+def _pass_tokens(lengths: list[int], side: FinetuneSide) -> int:
+    "Positions one forward pass computes: rows × longest (padded), or packed rows × the longest row."
+    if not side.packing: return len(lengths) * max(lengths)
+    rows = pack_rows(lengths, side.row_tokens or sum(lengths))
+    return len(rows) * max(sum(lengths[i] for i in row) for row in rows)
 
 
 def computed_tokens(examples: list[dict], side: FinetuneSide) -> dict:
-    "Real tokens of `examples` and the tokens `side` computes on them, optimizer batch by optimizer batch."
+    "Real tokens of `examples` and the positions `side` computes on them (padding included), batch by batch."
     batches = [examples[s:s + FT_BATCH] for s in range(0, len(examples), FT_BATCH)]
-    computed = sum(mb.tokens for b in batches
+    computed = sum(_pass_tokens([len(b[i]['input_ids']) for i in mb.indices], side) for b in batches
                    for mb in micro_batches(b, side.max_tokens, side.max_examples, padded=not side.packing))
     return dict(real_tokens=sum(len(f['input_ids']) for f in examples), computed_tokens=computed)
 
@@ -560,7 +570,7 @@ def _our_run(folder: Path, tok, examples: list[dict], lr: float, steps: int, dev
     "Train with our `TaskModel` and `batch_backward`; `_clock` at the end of each optimizer step."
     from transformers import get_linear_schedule_with_warmup
     seed_everything(0)
-    model = TaskModel(load(folder, attn_backend=attn_backend), 'sequence', 2, pooling='last').to(device)
+    model = TaskModel(load(folder, attn_backend=side.attn_backend or attn_backend), 'sequence', 2, pooling='last').to(device)
     if bf16: model.to(torch.bfloat16)   # pure bf16, as the authors' runs
     opt = adamw(model, lr, fused=True)
     sched = get_linear_schedule_with_warmup(opt, math.ceil(0.1 * steps), steps)   # HF rounds the warm-up up
@@ -608,8 +618,9 @@ def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classificati
     if steps <= warmup: raise ConfigError(f'steps={steps} must exceed warmup={warmup}: nothing would be timed')
     dev = pick_device(device); bf16 = dev.type == 'cuda' and torch.cuda.is_bf16_supported()
     backend, max_length = attn_backend or default_backend(dev), TASKS[task].max_length
-    # the packed side as `finetune_run` packs: `token_budget` per pass, rows of max_length without a varlen kernel
-    sides = sides or finetune_sides(max_tokens or token_budget(dev, max_length), None if backend == 'flash' else max_length)
+    # the packed side as `finetune_run` packs: `token_budget` tokens per pass, attention as `packed_layout` says
+    packed_backend, rows = packed_layout(dev, max_length)
+    sides = sides or finetune_sides(max_tokens or token_budget(dev, max_length), rows, packed_backend)
     times, cpu = {s.name: [] for s in sides}, {s.name: [] for s in sides}
     with tempfile.TemporaryDirectory() as scratch:
         folder, tok = _bench_checkpoint(checkpoint, size, Path(scratch))
@@ -627,7 +638,8 @@ def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classificati
                 gc.collect()
     return _finetune_result(task, str(checkpoint or size or 'smollm2-135m'), sides, times, cpu, examples, steps, reps,
                             dict(device=_device_name(dev), bf16=bf16, attn_backend=backend, lr=lr, warmup=warmup,
-                                 max_tokens=sides[-1].max_tokens, row_tokens=sides[-1].row_tokens, body_params=n_body))
+                                 max_tokens=sides[-1].max_tokens, row_tokens=sides[-1].row_tokens,
+                                 packed_backend=sides[-1].attn_backend or backend, body_params=n_body))
 
 
 def _finetune_result(task, model, sides, times, cpu, examples, steps, reps, settings) -> dict:
@@ -714,8 +726,8 @@ def _finetune_main(a) -> dict:
     r = finetune_benchmark(a.finetune, a.checkpoint, a.size, a.steps or 20, a.reps or 1, a.warmup, a.lr, a.max_tokens,
                            a.device, a.attn_backend, progress=True)
     print(f"{r['device']}: {r['task']}, {r['model']}, {r['steps']} steps of {r['batch_size']} ({r['warmup']} warm-up), "
-          f"lr {r['lr']:g}, bf16 {r['bf16']}, ours: {r['attn_backend']}, packed {r['max_tokens']} tokens per pass in rows of "
-          f"{r['row_tokens'] or 'any length'}; median of {r['reps']} run(s) per side")
+          f"lr {r['lr']:g}, bf16 {r['bf16']}, ours: {r['attn_backend']}, packed: {r['packed_backend']}, {r['max_tokens']} "
+          f"tokens per pass in rows of {r['row_tokens'] or 'any length'}; median of {r['reps']} run(s) per side")
     print(f"{'side':<12} {'s/step':>7} {'[min, max]':>16} {'CPU s/step':>10} {'examples/s':>10} {'real tok':>9} "
           f"{'computed':>9} {'waste':>7} {'vs Trainer':>10} {'(CPU)':>6}")
     for s in r['sides']:

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from .core import (ConfigError, append_jsonl, atomic_path, atomic_write_json, build_config, config_hash, param,
                          pick_device, pick_dtype, project_root, read_json, read_jsonl, seed_everything)
 from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL
-from .model import TaskModel, build_model, check_checkpoint, load, save
+from .model import TaskModel, build_model, check_checkpoint, default_backend, load, save
 from .data import _tokenizer_sha, load_tokenizer
 from .objectives import adamw
 from .packing import batch_backward, collate_packed, collate_padded, micro_batches, unpack_examples, unpack_tokens
@@ -37,7 +37,7 @@ from .results import load_results, family_scores
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'TOKENS_PER_GIB', 'KINDS', 'ST_POOLING', 'wrap', 'encode_sequence', 'word_of_tokens',
            'encode_tokens', 'encode_answer_tokens', 'encode_spans', 'encode_texts', 'FinetuneConfig',
-           'check_finetune_config', 'resolve_precision', 'train_steps', 'warmup_steps', 'token_budget',
+           'check_finetune_config', 'resolve_precision', 'train_steps', 'warmup_steps', 'token_budget', 'packed_layout',
            'examples_fingerprint', 'feature_cache_dir', 'cached_features', 'encode_pairs', 'RunContext', 'HeadKind',
            'head_kind', 'evaluate', 'cap_eval', 'task_model', 'finetune_run', 'st_tokenizer',
            'save_sentence_transformer', 'finetune_sweep']
@@ -265,6 +265,12 @@ def token_budget(device: torch.device,  # where the run trains
     return max(int(gib * TOKENS_PER_GIB) // 1024 * 1024, max_length)
 
 
+def packed_layout(device: torch.device, max_length: int) -> tuple[str, int | None]:
+    "Attention backend and tokens per row of packed passes: ('flash', one row), or ('sdpa', rows of `max_length`)."
+    if device.type == 'cuda' and default_backend(device) != 'flash': return 'sdpa', max_length
+    return 'flash', None
+
+
 def examples_fingerprint(examples, samples: int = 16) -> str:
     "A short hash of `examples` (a list of dicts or texts): their count and `samples` of them, evenly spread."
     n = len(examples)
@@ -317,6 +323,7 @@ class RunContext:
     cfg: FinetuneConfig        # the protocol options
     tokens: int | None = None      # packed: tokens per forward pass (`token_budget` when the config leaves it open)
     row_tokens: int | None = None  # packed: tokens per row (None: one row per forward pass)
+    backend: str | None = None     # packed: the attention backend of the run's model (`packed_layout`)
     cache: Path | None = None      # folder of cached features (`feature_cache`); None: tokenize every time
 
     def autocast(self):
@@ -566,12 +573,12 @@ def _result_rows(eval_tasks, val, test, run: RunContext, **facts) -> list[dict]:
     return rows
 
 
-def _run_context(task: Task, tok, cfg: FinetuneConfig, model) -> RunContext:
+def _run_context(task: Task, tok, cfg: FinetuneConfig) -> RunContext:
     "The run's context: token limit, device, precision, packed budgets (see `token_budget`) and feature cache."
     device, max_length = pick_device(cfg.device), cfg.max_length or task.max_length
     tokens = (cfg.micro_batch_tokens or token_budget(device, max_length)) if cfg.packing else None
-    rows = None if getattr(model.config, 'attn_backend', None) == 'flash' else max_length
-    return RunContext(tok, max_length, device, resolve_precision(cfg.precision, device), cfg, tokens, rows,
+    backend, rows = packed_layout(device, max_length) if cfg.packing else (None, None)
+    return RunContext(tok, max_length, device, resolve_precision(cfg.precision, device), cfg, tokens, rows, backend,
                       feature_cache_dir(cfg))
 
 
@@ -582,9 +589,10 @@ def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: 
     "Train on `task`'s training data, validate, test on each of `eval_tasks`; one result dict per evaluated task."
     from transformers import get_linear_schedule_with_warmup
     t0, kind = time.perf_counter(), KINDS[head_kind(task, cfg)]
-    run = _run_context(task, tok, cfg, base)
+    run = _run_context(task, tok, cfg)
     seed_everything(seed)
     model = task_model(base, kind, task, cfg).to(run.device)
+    if run.backend: model.config.attn_backend = run.backend   # the copy's config: every layer of it reads this one
     if run.precision == 'pure_bf16': model.to(torch.bfloat16)   # before AdamW: its states follow the parameters' dtype
     train = data[task.name]['train']
     feats = run.features(f'train {head_kind(task, cfg)}', train, lambda: kind.features(train, run))
