@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -38,8 +39,8 @@ from .results import load_results, family_scores
 __all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'TOKENS_PER_GIB', 'KINDS', 'ST_POOLING', 'wrap', 'encode_sequence', 'word_of_tokens',
            'encode_tokens', 'encode_answer_tokens', 'encode_spans', 'encode_texts', 'FinetuneConfig',
            'check_finetune_config', 'resolve_precision', 'train_steps', 'warmup_steps', 'token_budget', 'packed_layout',
-           'examples_fingerprint', 'feature_cache_dir', 'cached_features', 'encode_pairs', 'RunContext', 'HeadKind',
-           'head_kind', 'evaluate', 'cap_eval', 'task_model', 'finetune_run', 'st_tokenizer',
+           'examples_fingerprint', 'feature_cache_dir', 'cached_features', 'encode_pairs', 'RunContext', 'encoders_sha',
+           'HeadKind', 'head_kind', 'evaluate', 'cap_eval', 'task_model', 'finetune_run', 'st_tokenizer',
            'save_sentence_transformer', 'finetune_sweep']
 
 # %% ../nbs/03b_finetune.ipynb #8d3c5f88
@@ -338,7 +339,15 @@ class RunContext:
         if self.cache is None: return encode()
         return cached_features(self.cache, dict(what=what, tokenizer=self.tokenizer_id, max_length=self.max_length,
                                                 special_tokens=self.cfg.special_tokens, tc_mode=self.cfg.tc_mode,
-                                                examples=examples_fingerprint(examples)), encode)
+                                                examples=examples_fingerprint(examples), code=encoders_sha()), encode)
+
+
+@functools.lru_cache(maxsize=None)
+def encoders_sha() -> str:
+    "A hash of the source of every function that turns examples into features: a changed encoder misses the cache."
+    fns = (_ids, _bos, wrap, encode_sequence, word_of_tokens, _tag_sentence, _tag_words, encode_tokens, _answer_tokens,
+           encode_answer_tokens, encode_spans, encode_texts, encode_pairs)
+    return hashlib.blake2b(''.join(inspect.getsource(f) for f in fns).encode(), digest_size=16).hexdigest()
 
 
 def _per_example(out: torch.Tensor, batch: dict, chunk: list[dict], per_token: bool) -> list[torch.Tensor]:
