@@ -18,27 +18,60 @@ import pandas as pd
 import seaborn as sns
 
 from .core import assets_dir, atomic_path, atomic_write_text, project_root, read_jsonl
-from .vocab import (ADAMW, E3_STEPS, FAMILIES, FULL_BUDGET, PRETRAIN, PROTOCOL, RATIOS, SIZE_ORDER,
+from .vocab import (ADAMW, CONTROL, E3_STEPS, FAMILIES, FULL_BUDGET, PRETRAIN, PROTOCOL, RATIOS, SIZE_ORDER,
                           describe_checkpoint, parse_run_name)
 from .results import (DEFAULT_SELECTION, PROTOCOL_AXES, SELECTIONS, aggregate, diff_interval, family_scores,
                             lr_curve, protocol_cell, protocol_cells, read_results, seed_family_scores, tidy_results)
 from .paper_runs import paper_rows, reported_scores
 
 # %% auto #0
-__all__ = ['KIND_COLORS', 'PAPER_MARKER', 'TABLE_GROUPS', 'study_scores', 'setup_style', 'save_figure', 'scale_note',
-           'fig_overview', 'fig_mlm_vs_clm', 'fig_mask_ratio', 'fig_data_efficiency', 'paper_flops_per_step',
-           'fig_lr_stability', 'fig_biphasic', 'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest',
-           'protocol_gaps', 'fig_protocol_gap', 'hyperparameter_table', 'results_tables', 'ours_minus_paper',
-           'write_table', 'collect_cpt_loss', 'render_all', 'drawable', 'main']
+__all__ = ['KIND_COLORS', 'PAPER_MARKER', 'TABLE_GROUPS', 'split_control', 'study_scores', 'control_scores', 'draw_control',
+           'setup_style', 'save_figure', 'scale_note', 'fig_overview', 'fig_mlm_vs_clm', 'fig_mask_ratio',
+           'fig_data_efficiency', 'paper_flops_per_step', 'fig_lr_stability', 'fig_biphasic', 'fig_ratio_after_clm',
+           'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest', 'protocol_gaps', 'fig_protocol_gap',
+           'hyperparameter_table', 'results_tables', 'ours_minus_paper', 'write_table', 'collect_cpt_loss',
+           'render_all', 'drawable', 'main']
 
 # %% ../nbs/05_figures.ipynb #30282a31
+def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    "(the rows of released-name checkpoints, the rows of the control)."
+    is_control = results.checkpoint_name.astype(str) == CONTROL
+    return results[~is_control], results[is_control]
+
+
 def study_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
-    "Family scores (percent) with CIs and checkpoint metadata, one row per (checkpoint, family)."
-    fam = family_scores(protocol_cell(paper_rows(results)), selection)
+    "Family scores (percent) with CIs and checkpoint metadata, one row per (checkpoint, family); the control left out."
+    fam = family_scores(protocol_cell(paper_rows(split_control(results)[0])), selection)
     fam = fam[fam.family.isin(FAMILIES)].copy()
     for c in ('score', 'ci_low', 'ci_high'): fam[c] = fam[c] * 100
     meta = pd.DataFrame([describe_checkpoint(n) for n in fam.checkpoint.unique()])
     return fam.merge(meta, on='checkpoint')
+
+# %% ../nbs/05_figures.ipynb #f2c39860
+def control_scores(control: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
+    "Family scores (percent) of the control's rows, with intervals; empty when there are none."
+    if control.empty: return pd.DataFrame(columns=['checkpoint', 'family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets'])
+    fam = family_scores(protocol_cell(paper_rows(control)), selection)
+    fam = fam[fam.family.isin(FAMILIES)].copy()
+    for c in ('score', 'ci_low', 'ci_high'): fam[c] = fam[c] * 100
+    return fam.reset_index(drop=True)
+
+
+def draw_control(fig, control: pd.DataFrame) -> int:
+    "Add the control's score (line) and interval (band) to each family panel of a score figure; returns lines drawn."
+    by_family, drawn = control.set_index('family'), 0
+    if not fig.axes or fig.axes[0].get_ylabel() != 'score (%)': return 0
+    for ax in fig.axes:
+        if ax.get_title() not in by_family.index: continue
+        c = by_family.loc[ax.get_title()]
+        ax.axhline(c.score, color='dimgrey', ls=':', lw=1.2, zorder=1)
+        ax.axhspan(c.ci_low, c.ci_high, color='grey', alpha=0.12, lw=0, zorder=0)
+        ax.text(0.99, c.score, 'no pretraining', transform=ax.get_yaxis_transform(), ha='right', va='bottom',
+                fontsize=6, color='dimgrey')
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(max(0, min(lo, c.ci_low - 2)), min(100, max(hi, c.ci_high + 2)))
+        drawn += 1
+    return drawn
 
 # %% ../nbs/05_figures.ipynb #f48efe6e
 KIND_COLORS = dict(zip(['mlm', 'clm', 'biphasic', 'cpt'], sns.color_palette('colorblind', 4)))
@@ -505,6 +538,8 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
     "Every figure (PNG + PDF) and table (Markdown + LaTeX) of the paper into `out_dir`."
     setup_style()
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    results, control = split_control(results)   # the control is a reference line, not an experiment's point
+    control = control_scores(control, selection)
     every = paper_rows(results)          # the paper's datasets only (no `qed`)
     paper = protocol_cell(every)         # the paper's fine-tuning protocol; other cells: the protocol figure
     per_dataset = aggregate(paper, selection=selection)
@@ -526,8 +561,13 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
         figures['fig4b_data_efficiency_flops'] = fig_data_efficiency(scores, ref, scale, flops_per_step)
     gaps = protocol_gaps(every, selection) if len(protocol_cells(every)) > 1 else None
     if gaps is not None: figures['figP_protocol_gap'] = fig_protocol_gap(gaps, scale)
-    for name, fig in figures.items(): files += save_figure(fig, out, name)
+    for name, fig in figures.items():
+        draw_control(fig, control)
+        files += save_figure(fig, out, name)
     tables = out/'tables'
+    if len(control):
+        files += write_table(control[['family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets']], tables, 'control',
+                             f'Control: {CONTROL} (random initialisation, no pretraining), family scores in percent ({scale_note(scale)})')
     if gaps is not None:
         files += write_table(gaps, tables, 'protocol_gap', f'MLM minus CLM (points) per fine-tuning protocol ({scale_note(scale)})')
     files += write_table(hyperparameter_table(), tables, 'T01_hyperparameters', 'Table 1: hyperparameters')
@@ -539,9 +579,10 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
 
 # %% ../nbs/05_figures.ipynb #69343a14
 def drawable(results: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    "(the rows whose checkpoint names the figures can place, the names they cannot)."
+    "(the rows whose checkpoint names the figures can place (the control's included), the names they cannot)."
     bad = []
     for name in results.checkpoint_name.astype(str).unique():
+        if name == CONTROL: continue
         try: parse_run_name(name)
         except ValueError: bad.append(name)
     return results[~results.checkpoint_name.astype(str).isin(bad)], sorted(bad)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .core import ConfigError, atomic_write_text, project_root, read_json, run_claim_path
-from .vocab import (EMBEDDED_TASKS, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN, Phase,
+from .vocab import (CONTROL, EMBEDDED_TASKS, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN, Phase,
                           RunName, describe_checkpoint, paper_experiments, parse_run_name, run_name)
 from .results import PROTOCOL_AXES
 from .model import MODEL_SIZES, model_config
@@ -225,7 +225,8 @@ def _family(dataset: str) -> str:
 
 def _eval_size(plan: StudyPlan, e: EvalPoint) -> str:
     "The model size of an evaluation point: its run's, or the one its released name states."
-    return plan.runs[e.run].spec.size if e.run is not None else parse_run_name(e.recorded_name).size
+    if e.run is not None: return plan.runs[e.run].spec.size
+    return 'tiny' if e.recorded_name == CONTROL else parse_run_name(e.recorded_name).size
 
 
 def finetune_flops(plan: StudyPlan, costs: Costs = Costs()) -> float:
@@ -295,12 +296,16 @@ def demo_experiments() -> dict[str, list[str]]:
             'E7': [f'tiny-{o}-dec42k-mlm40-54k' for o in ('clm', 'mlm40')]}
 
 
-def demo_plan(datasets: tuple | None = None, lrs: tuple = (1e-4, 1e-3), seeds: tuple = (0, 1)) -> StudyPlan:
+def demo_plan(datasets: tuple | None = None, lrs: tuple = (1e-4, 1e-3), seeds: tuple = (0, 1),
+              control: bool = True,   # also fine-tune the randomly initialised tiny model (`CONTROL`)
+             ) -> StudyPlan:
     "The paper's structure at CPU scale (see above)."
     if datasets is None:
         datasets = tuple(EMBEDDED_TASKS)
-    return build_plan('demo', demo_experiments(), datasets, datasets, lrs, seeds, step_scale=DEMO_SCALE,
+    plan = build_plan('demo', demo_experiments(), datasets, datasets, lrs, seeds, step_scale=DEMO_SCALE,
                       pretrain_overrides=DEMO_PRETRAIN, finetune_overrides=DEMO_FINETUNE)
+    if control: plan.evals.append(EvalPoint(CONTROL, None, 0, tuple(datasets), source=CONTROL))
+    return plan
 
 # %% ../nbs/04_study.ipynb #72df18a1
 ABLATION_CHECKPOINTS = ('MLMvsCLM/610m-clm-42k', 'MLMvsCLM/610m-mlm40-42k')
@@ -388,8 +393,10 @@ def run_notebook(notebook: str, module: str, parameters: dict, output: Path) -> 
     output = Path(output); output.parent.mkdir(parents=True, exist_ok=True)
     source = output.with_name(output.stem + '.source.ipynb')
     nbformat.write(runnable_notebook(project_root()/'nbs'/notebook, module), str(source))
+    # the kernel's own log (e.g. ipykernel's warning that it talks to papermill over local TCP without encryption)
+    # would land in the user's terminal on every run; errors still show, and cell failures come back as exceptions
     papermill.execute_notebook(str(source), str(output), parameters=parameters, progress_bar=False,
-                               cwd=str(project_root()))
+                               cwd=str(project_root()), extra_arguments=['--log-level=ERROR'])
     source.unlink()
     return output
 
