@@ -11,6 +11,7 @@ import fnmatch
 import functools
 import itertools
 import json
+import logging
 import sys
 import textwrap
 import time
@@ -397,9 +398,14 @@ def run_notebook(notebook: str, module: str, parameters: dict, output: Path) -> 
     source = output.with_name(output.stem + '.source.ipynb')
     nbformat.write(runnable_notebook(project_root()/'nbs'/notebook, module), str(source))
     # the kernel's own log (e.g. ipykernel's warning that it talks to papermill over local TCP without encryption)
-    # would land in the user's terminal on every run; errors still show, and cell failures come back as exceptions
-    papermill.execute_notebook(str(source), str(output), parameters=parameters, progress_bar=False,
-                               cwd=str(project_root()), extra_arguments=['--log-level=ERROR'])
+    # would land in the user's terminal on every run, and papermill warns about each parameter that its parameters
+    # cell does not list (the guard cell already refuses names the config does not know); errors still show, and
+    # cell failures come back as exceptions
+    log = logging.getLogger('papermill'); level = log.level
+    log.setLevel(logging.ERROR)
+    try: papermill.execute_notebook(str(source), str(output), parameters=parameters, progress_bar=False,
+                                    cwd=str(project_root()), extra_arguments=['--log-level=ERROR'])
+    finally: log.setLevel(level)
     source.unlink()
     return output
 
