@@ -223,7 +223,7 @@ _SOURCE_KWARGS = {'finite': ('split', 'text_field'), 'fineweb-edu': ('subset', '
 
 def packed_rows(data: str | Path = EMBEDDED,  # 'embedded', 'fineweb-edu', or a local .txt/.jsonl file or folder
                 tokenizer=None,               # a tokenizer from `load_tokenizer`; the embedded one when None
-                seq_len: int = 1024,          # tokens per row (SPEC §3: 2,359,296 tokens per step / 2,304 rows)
+                seq_len: int = 1024,          # tokens per row (protocol.md §1: 2,359,296 tokens per step / 2,304 rows)
                 seed: int = 42,               # fixes the document order, and nothing else does
                 start_row: int = 0,           # resume: yield the rows a fresh iterator would yield from this one on
                 **source_kwargs,              # split/text_field (finite sources); subset/shuffle_buffer/text_field (fineweb-edu)

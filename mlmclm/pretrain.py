@@ -762,7 +762,7 @@ def pretrain(cfg: PretrainConfig,  # a checked config (`build_config(PretrainCon
 
 # %% ../nbs/02_pretrain.ipynb #eff722c4
 def paper_config(name: str) -> dict:
-    "Flat papermill parameters that train the released model `name` (SPEC §3-4)."
+    "Flat papermill parameters that train the released model `name` (protocol.md §1)."
     run = parse_run_name(name)
     if run.checkpoint_step is not None:
         raise ValueError(f'{name!r} is an intermediate checkpoint of {name.rsplit("-", 1)[0]!r}, not a run')
