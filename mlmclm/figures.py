@@ -30,7 +30,7 @@ __all__ = ['KIND_COLORS', 'PAPER_MARKER', 'TABLE_GROUPS', 'split_control', 'stud
            'fig_data_efficiency', 'paper_flops_per_step', 'fig_lr_stability', 'fig_biphasic', 'fig_ratio_after_clm',
            'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest', 'protocol_gaps', 'fig_protocol_gap',
            'hyperparameter_table', 'results_tables', 'ours_minus_paper', 'write_table', 'collect_cpt_loss',
-           'render_all', 'drawable', 'main']
+           'unigram_entropy', 'corpus_unigram_entropy', 'collect_pretrain_loss', 'drawable', 'main']
 
 # %% ../nbs/05_figures.ipynb #30282a31
 def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -525,57 +525,32 @@ def collect_cpt_loss(study_dir: str | Path) -> pd.DataFrame:
         rows += [dict(run=run, start=start, step=m['step'], loss=m['loss']) for m in read_jsonl(f)]
     return pd.DataFrame(rows, columns=['run', 'start', 'step', 'loss'])
 
+# %% ../nbs/05_figures.ipynb #f4c4b686
+def unigram_entropy(ids: np.ndarray) -> float:
+    "Entropy (nats/token) of the frequencies of the token ids `ids`: the loss of a context-free predictor."
+    counts = np.bincount(np.asarray(ids, dtype=np.int64))
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
 
 
+def corpus_unigram_entropy(data: str = 'embedded') -> float:
+    "The unigram entropy of the token store a run on `data` reads (the embedded corpus under its own tokenizer)."
+    from mlmclm.data import load_tokenizer, open_store
+    store = open_store(data, load_tokenizer(data))
+    return unigram_entropy(store.window(0, len(store))[0])
 
-def render_all(results: pd.DataFrame,         # the results store (one row per fine-tuning run)
-               out_dir: str | Path,            # where figures and tables go
-               scale: str = 'demo',            # 'demo' or 'paper' (written on every figure)
-               cpt_loss: pd.DataFrame | None = None,  # Figure 9's curves
-               flops_per_step=paper_flops_per_step,  # (size, kind) -> FLOPs per step (Figure 4's appendix variant); None: skip it
-               selection: str = DEFAULT_SELECTION,   # LR selection: 'per_seed' (each seed's best) or 'mean' (best seed-mean)
-              ) -> list[Path]:
-    "Every figure (PNG + PDF) and table (Markdown + LaTeX) of the paper into `out_dir`."
-    setup_style()
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    results, control = split_control(results)   # the control is a reference line, not an experiment's point
-    control = control_scores(control, selection)
-    every = paper_rows(results)          # the paper's datasets only (no `qed`)
-    paper = protocol_cell(every)         # the paper's fine-tuning protocol; other cells: the protocol figure
-    per_dataset = aggregate(paper, selection=selection)
-    scores = study_scores(paper, selection)
-    ref = reported_scores()
-    curves = lr_curve(paper)
-    files = []
-    figures = {'fig1_overview': fig_overview(scale),
-               'fig2_mlm_vs_clm': fig_mlm_vs_clm(scores, ref, scale),
-               'fig3_mask_ratio': fig_mask_ratio(scores, ref, scale),
-               'fig4_data_efficiency': fig_data_efficiency(scores, ref, scale),
-               'fig5_lr_stability': fig_lr_stability(curves, scale),
-               'fig6_biphasic': fig_biphasic(scores, ref, scale),
-               'fig7_ratio_after_clm': fig_ratio_after_clm(scores, ref, scale),
-               'fig8_cpt': fig_cpt(scores, ref, scale),
-               'fig9_cpt_loss': fig_cpt_loss(cpt_loss, scale),
-               'figA1_biphasic_largest': fig_biphasic_largest(scores, ref, scale)}
-    if flops_per_step is not None:
-        figures['fig4b_data_efficiency_flops'] = fig_data_efficiency(scores, ref, scale, flops_per_step)
-    gaps = protocol_gaps(every, selection) if len(protocol_cells(every)) > 1 else None
-    if gaps is not None: figures['figP_protocol_gap'] = fig_protocol_gap(gaps, scale)
-    for name, fig in figures.items():
-        draw_control(fig, control)
-        files += save_figure(fig, out, name)
-    tables = out/'tables'
-    if len(control):
-        files += write_table(control[['family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets']], tables, 'control',
-                             f'Control: {CONTROL} (random initialisation, no pretraining), family scores in percent ({scale_note(scale)})')
-    if gaps is not None:
-        files += write_table(gaps, tables, 'protocol_gap', f'MLM minus CLM (points) per fine-tuning protocol ({scale_note(scale)})')
-    files += write_table(hyperparameter_table(), tables, 'T01_hyperparameters', 'Table 1: hyperparameters')
-    for name, table in results_tables(per_dataset, scores).items():
-        files += write_table(table, tables, name, f'Table {int(name[1:3])}: {name[4:].replace("_", " ")} ({scale_note(scale)})')
-    files += write_table(ours_minus_paper(scores, ref), tables, 'ours_minus_paper',
-                         f'Ours minus the paper, family scores in percent ({scale_note(scale)})')
-    return files
+
+def collect_pretrain_loss(study_dir: str | Path, entropy: float, tail: int = 5) -> pd.DataFrame:
+    "Per pretraining run of a study folder: last phase, steps, mean loss of its last `tail` logged rows, and `entropy`."
+    rows = []
+    for f in sorted(Path(study_dir).glob('*/metrics.jsonl')):
+        m = read_jsonl(f)
+        if not m: continue
+        last = [r for r in m if r['phase'] == m[-1]['phase']][-tail:]
+        ratio = last[-1].get('mask_ratio')
+        rows.append(dict(run=f.parent.name, last_phase=last[-1]['objective'] + (f'{round(ratio * 100)}' if ratio else ''),
+                         steps=m[-1]['step'], final_loss=float(np.mean([r['loss'] for r in last])), unigram_entropy=entropy))
+    return pd.DataFrame(rows, columns=['run', 'last_phase', 'steps', 'final_loss', 'unigram_entropy'])
 
 # %% ../nbs/05_figures.ipynb #69343a14
 def drawable(results: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -610,7 +585,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument('--results', required=True, help='results store (.jsonl)')
     p.add_argument('--out', required=True, help='output folder (e.g. figures/demo)')
     p.add_argument('--scale', default='demo', choices=['demo', 'paper', 'authors'])
-    p.add_argument('--study', help='study folder to collect CPT loss curves from (writes <out>/cpt_loss.csv)')
+    p.add_argument('--study', help='study folder to collect CPT loss curves from (writes <out>/cpt_loss.csv; demo scale: also '
+                                     '<out>/pretrain_loss.csv, final losses beside the unigram entropy)')
     p.add_argument('--selection', default=DEFAULT_SELECTION, choices=list(SELECTIONS),
                    help="LR selection: 'per_seed' (each seed's best LR on validation; reproduces the paper) or 'mean'")
     args = p.parse_args(argv)
@@ -620,6 +596,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.study:
         loss = collect_cpt_loss(args.study)
         atomic_write_text(loss_csv, loss.to_csv(index=False, float_format='%.6g'))
+        if args.scale == 'demo':   # the demo's runs read the embedded corpus: their loss beside its unigram entropy
+            pl = collect_pretrain_loss(args.study, corpus_unigram_entropy('embedded'))
+            atomic_write_text(out/'pretrain_loss.csv', pl.to_csv(index=False, float_format='%.4f'))
     loss = pd.read_csv(loss_csv) if loss_csv.is_file() else None
     files = render_all(results, out, args.scale, cpt_loss=loss, selection=args.selection)
     # the tidy table the figures were drawn from travels with them (sorted, fixed float format: stable diffs)
