@@ -30,7 +30,7 @@ __all__ = ['KIND_COLORS', 'PAPER_MARKER', 'TABLE_GROUPS', 'split_control', 'stud
            'fig_data_efficiency', 'paper_flops_per_step', 'fig_lr_stability', 'fig_biphasic', 'fig_ratio_after_clm',
            'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest', 'protocol_gaps', 'fig_protocol_gap',
            'hyperparameter_table', 'results_tables', 'ours_minus_paper', 'write_table', 'collect_cpt_loss',
-           'unigram_entropy', 'corpus_unigram_entropy', 'collect_pretrain_loss', 'drawable', 'main']
+           'unigram_entropy', 'corpus_unigram_entropy', 'collect_pretrain_loss', 'render_all', 'drawable', 'main']
 
 # %% ../nbs/05_figures.ipynb #30282a31
 def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -551,6 +551,56 @@ def collect_pretrain_loss(study_dir: str | Path, entropy: float, tail: int = 5) 
         rows.append(dict(run=f.parent.name, last_phase=last[-1]['objective'] + (f'{round(ratio * 100)}' if ratio else ''),
                          steps=m[-1]['step'], final_loss=float(np.mean([r['loss'] for r in last])), unigram_entropy=entropy))
     return pd.DataFrame(rows, columns=['run', 'last_phase', 'steps', 'final_loss', 'unigram_entropy'])
+
+# %% ../nbs/05_figures.ipynb #22834d2c
+def render_all(results: pd.DataFrame,         # the results store (one row per fine-tuning run)
+               out_dir: str | Path,            # where figures and tables go
+               scale: str = 'demo',            # 'demo' or 'paper' (written on every figure)
+               cpt_loss: pd.DataFrame | None = None,  # Figure 9's curves
+               flops_per_step=paper_flops_per_step,  # (size, kind) -> FLOPs per step (Figure 4's appendix variant); None: skip it
+               selection: str = DEFAULT_SELECTION,   # LR selection: 'per_seed' (each seed's best) or 'mean' (best seed-mean)
+              ) -> list[Path]:
+    "Every figure (PNG + PDF) and table (Markdown + LaTeX) of the paper into `out_dir`."
+    setup_style()
+    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    results, control = split_control(results)   # the control is a reference line, not an experiment's point
+    control = control_scores(control, selection)
+    every = paper_rows(results)          # the paper's datasets only (no `qed`)
+    paper = protocol_cell(every)         # the paper's fine-tuning protocol; other cells: the protocol figure
+    per_dataset = aggregate(paper, selection=selection)
+    scores = study_scores(paper, selection)
+    ref = reported_scores()
+    curves = lr_curve(paper)
+    files = []
+    figures = {'fig1_overview': fig_overview(scale),
+               'fig2_mlm_vs_clm': fig_mlm_vs_clm(scores, ref, scale),
+               'fig3_mask_ratio': fig_mask_ratio(scores, ref, scale),
+               'fig4_data_efficiency': fig_data_efficiency(scores, ref, scale),
+               'fig5_lr_stability': fig_lr_stability(curves, scale),
+               'fig6_biphasic': fig_biphasic(scores, ref, scale),
+               'fig7_ratio_after_clm': fig_ratio_after_clm(scores, ref, scale),
+               'fig8_cpt': fig_cpt(scores, ref, scale),
+               'fig9_cpt_loss': fig_cpt_loss(cpt_loss, scale),
+               'figA1_biphasic_largest': fig_biphasic_largest(scores, ref, scale)}
+    if flops_per_step is not None:
+        figures['fig4b_data_efficiency_flops'] = fig_data_efficiency(scores, ref, scale, flops_per_step)
+    gaps = protocol_gaps(every, selection) if len(protocol_cells(every)) > 1 else None
+    if gaps is not None: figures['figP_protocol_gap'] = fig_protocol_gap(gaps, scale)
+    for name, fig in figures.items():
+        draw_control(fig, control)
+        files += save_figure(fig, out, name)
+    tables = out/'tables'
+    if len(control):
+        files += write_table(control[['family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets']], tables, 'control',
+                             f'Control: {CONTROL} (random initialisation, no pretraining), family scores in percent ({scale_note(scale)})')
+    if gaps is not None:
+        files += write_table(gaps, tables, 'protocol_gap', f'MLM minus CLM (points) per fine-tuning protocol ({scale_note(scale)})')
+    files += write_table(hyperparameter_table(), tables, 'T01_hyperparameters', 'Table 1: hyperparameters')
+    for name, table in results_tables(per_dataset, scores).items():
+        files += write_table(table, tables, name, f'Table {int(name[1:3])}: {name[4:].replace("_", " ")} ({scale_note(scale)})')
+    files += write_table(ours_minus_paper(scores, ref), tables, 'ours_minus_paper',
+                         f'Ours minus the paper, family scores in percent ({scale_note(scale)})')
+    return files
 
 # %% ../nbs/05_figures.ipynb #69343a14
 def drawable(results: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
