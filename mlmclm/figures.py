@@ -25,12 +25,13 @@ from .results import (DEFAULT_SELECTION, PROTOCOL_AXES, SELECTIONS, aggregate, d
 from .paper_runs import paper_rows, reported_scores
 
 # %% auto #0
-__all__ = ['KIND_COLORS', 'PAPER_MARKER', 'TABLE_GROUPS', 'split_control', 'study_scores', 'control_scores', 'draw_control',
-           'setup_style', 'save_figure', 'scale_note', 'fig_overview', 'fig_mlm_vs_clm', 'fig_mask_ratio',
-           'fig_data_efficiency', 'paper_flops_per_step', 'fig_lr_stability', 'fig_biphasic', 'fig_ratio_after_clm',
-           'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest', 'protocol_gaps', 'fig_protocol_gap',
-           'hyperparameter_table', 'results_tables', 'ours_minus_paper', 'write_table', 'collect_cpt_loss',
-           'unigram_entropy', 'corpus_unigram_entropy', 'collect_pretrain_loss', 'render_all', 'drawable', 'main']
+__all__ = ['KIND_COLORS', 'PAPER_MARKER', 'TABLE_GROUPS', 'COMPARISONS', 'split_control', 'study_scores', 'control_scores',
+           'draw_control', 'setup_style', 'save_figure', 'scale_note', 'fig_overview', 'fig_mlm_vs_clm',
+           'fig_mask_ratio', 'fig_data_efficiency', 'paper_flops_per_step', 'fig_lr_stability', 'fig_biphasic',
+           'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest', 'protocol_gaps',
+           'fig_protocol_gap', 'hyperparameter_table', 'results_tables', 'ours_minus_paper', 'directions',
+           'write_table', 'collect_cpt_loss', 'unigram_entropy', 'corpus_unigram_entropy', 'collect_pretrain_loss',
+           'render_all', 'drawable', 'main']
 
 # %% ../nbs/05_figures.ipynb #30282a31
 def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -507,6 +508,36 @@ def ours_minus_paper(scores: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values(['checkpoint', 'family']).reset_index(drop=True)
 
 
+# The paper's findings as signed differences of two models' family scores, named with `{size}` for the model size
+COMPARISONS = (('MLM-40 minus CLM', '{size}-mlm40-42k', '{size}-clm-42k'),
+               ('biphasic (25% CLM) minus MLM-40', '{size}-clm-10k-mlm40-42k', '{size}-mlm40-42k'),
+               ('biphasic (25% CLM) minus CLM', '{size}-clm-10k-mlm40-42k', '{size}-clm-42k'),
+               ('CPT from CLM minus CPT from MLM', '{size}-clm-dec42k-mlm40-54k', '{size}-mlm40-dec42k-mlm40-54k'))
+
+
+def directions(per_seed: pd.DataFrame,   # `seed_family_scores` of our runs (fractions)
+               ref: pd.DataFrame,        # the paper's reported family scores (`reported_scores`)
+               size: str,                # our model size (the demo: 'tiny')
+               paper_size: str = '610m') -> pd.DataFrame:
+    """Per comparison and family: our difference (points) with its 95% Welch interval over seeds, the paper's
+    difference at `paper_size`, and a verdict: 'too small to tell' when our interval holds 0, else whether the
+    sign agrees with the paper's."""
+    ours = per_seed.assign(score=per_seed.test_score * 100)
+    paper = ref.set_index(['checkpoint', 'family']).score
+    rows = []
+    for name, a, b in COMPARISONS:
+        for fam in FAMILIES:
+            pick = lambda ck: ours[(ours.checkpoint == ck.format(size=size)) & (ours.family == fam)].score
+            d, lo, hi = diff_interval(pick(a), pick(b))
+            if np.isnan(d): continue
+            pa, pb = (paper.get((ck.format(size=paper_size), fam), np.nan) for ck in (a, b))
+            verdict = ('too small to tell' if np.isnan(lo) or lo <= 0 <= hi else
+                       'no paper number' if np.isnan(pa - pb) else
+                       'as the paper' if np.sign(d) == np.sign(pa - pb) else 'opposite to the paper')
+            rows.append(dict(comparison=name, family=fam, ours=d, ci_low=lo, ci_high=hi, paper=pa - pb, verdict=verdict))
+    return pd.DataFrame(rows, columns=['comparison', 'family', 'ours', 'ci_low', 'ci_high', 'paper', 'verdict'])
+
+# %% ../nbs/05_figures.ipynb #983b3278
 def write_table(df: pd.DataFrame, folder: Path, name: str, caption: str) -> list[Path]:
     "Markdown and LaTeX versions of `df`."
     shown = df.astype(object).where(df.notna(), None)   # missing cells print empty, never 'nan'
@@ -600,6 +631,10 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
         files += write_table(table, tables, name, f'Table {int(name[1:3])}: {name[4:].replace("_", " ")} ({scale_note(scale)})')
     files += write_table(ours_minus_paper(scores, ref), tables, 'ours_minus_paper',
                          f'Ours minus the paper, family scores in percent ({scale_note(scale)})')
+    for size in sorted(set(scores['size']) - set(ref['size'])):   # our own sizes: does the paper's direction show?
+        files += write_table(directions(seed_family_scores(paper, selection), ref, size), tables, f'directions_{size}',
+                             f"The paper's comparisons at {size} (points, 95% Welch interval over seeds) beside the "
+                             f"paper's 610m differences ({scale_note(scale)})")
     return files
 
 # %% ../nbs/05_figures.ipynb #69343a14
