@@ -621,16 +621,22 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
         draw_control(fig, control)
         files += save_figure(fig, out, name)
     tables = out/'tables'
-    if len(control):
-        files += write_table(control[['family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets']], tables, 'control',
-                             f'Control: {CONTROL} (random initialisation, no pretraining), family scores in percent ({scale_note(scale)})')
+    files += _our_tables(paper, scores, ref, control, tables, scale, selection)
     if gaps is not None:
         files += write_table(gaps, tables, 'protocol_gap', f'MLM minus CLM (points) per fine-tuning protocol ({scale_note(scale)})')
     files += write_table(hyperparameter_table(), tables, 'T01_hyperparameters', 'Table 1: hyperparameters')
     for name, table in results_tables(per_dataset, scores).items():
         files += write_table(table, tables, name, f'Table {int(name[1:3])}: {name[4:].replace("_", " ")} ({scale_note(scale)})')
-    files += write_table(ours_minus_paper(scores, ref), tables, 'ours_minus_paper',
-                         f'Ours minus the paper, family scores in percent ({scale_note(scale)})')
+    return files
+
+
+def _our_tables(paper, scores, ref, control, tables: Path, scale: str, selection: str) -> list[Path]:
+    "Ours minus the paper; the control's scores; the paper's comparisons at each size the paper did not train."
+    files = write_table(ours_minus_paper(scores, ref), tables, 'ours_minus_paper',
+                        f'Ours minus the paper, family scores in percent ({scale_note(scale)})')
+    if len(control):
+        files += write_table(control[['family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets']], tables, 'control',
+                             f'Control: {CONTROL} (random initialisation, no pretraining), family scores in percent ({scale_note(scale)})')
     for size in sorted(set(scores['size']) - set(ref['size'])):   # our own sizes: does the paper's direction show?
         files += write_table(directions(seed_family_scores(paper, selection), ref, size), tables, f'directions_{size}',
                              f"The paper's comparisons at {size} (points, 95% Welch interval over seeds) beside the "
