@@ -387,12 +387,11 @@ def check_field(name: str, value, meta: dict) -> None:
     if value is None: return
     if choices is not None and value not in choices:
         raise ConfigError(f'{name}={value!r} is not allowed; choose one of {list(choices)}')
-    if low is not None and (value <= low if meta.get('low_open') else value < low):
-        raise ConfigError(f"{name}={value!r} is out of range; allowed: {'>' if meta.get('low_open') else '>='} {low}"
-                          + (f' and <= {high}' if high is not None else ''))
-    if high is not None and value > high:
-        raise ConfigError(f'{name}={value!r} is out of range; allowed: <= {high}'
-                          + (f' and >= {low}' if low is not None else ''))
+    too_low = low is not None and (value <= low if meta.get('low_open') else value < low)
+    if too_low or (high is not None and value > high):   # one message names the whole allowed range, open ends included
+        bounds = ([f"{'>' if meta.get('low_open') else '>='} {low}"] if low is not None else []) + \
+                 ([f'<= {high}'] if high is not None else [])
+        raise ConfigError(f"{name}={value!r} is out of range; allowed: {' and '.join(bounds)}")
 
 def build_config(cls, values: dict | None = None, **overrides):
     "An instance of dataclass `cls` from `values` and `overrides`, every key and value checked."
