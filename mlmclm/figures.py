@@ -18,27 +18,61 @@ import pandas as pd
 import seaborn as sns
 
 from .core import assets_dir, atomic_path, atomic_write_text, project_root, read_jsonl
-from .vocab import (ADAMW, E3_STEPS, FAMILIES, FULL_BUDGET, PRETRAIN, PROTOCOL, RATIOS, SIZE_ORDER,
+from .vocab import (ADAMW, CONTROL, E3_STEPS, FAMILIES, FULL_BUDGET, PRETRAIN, PROTOCOL, RATIOS, SIZE_ORDER,
                           describe_checkpoint, parse_run_name)
 from .results import (DEFAULT_SELECTION, PROTOCOL_AXES, SELECTIONS, aggregate, diff_interval, family_scores,
                             lr_curve, protocol_cell, protocol_cells, read_results, seed_family_scores, tidy_results)
 from .paper_runs import paper_rows, reported_scores
 
 # %% auto #0
-__all__ = ['KIND_COLORS', 'PAPER_MARKER', 'TABLE_GROUPS', 'study_scores', 'setup_style', 'save_figure', 'scale_note',
-           'fig_overview', 'fig_mlm_vs_clm', 'fig_mask_ratio', 'fig_data_efficiency', 'paper_flops_per_step',
-           'fig_lr_stability', 'fig_biphasic', 'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest',
-           'protocol_gaps', 'fig_protocol_gap', 'hyperparameter_table', 'results_tables', 'ours_minus_paper',
-           'write_table', 'collect_cpt_loss', 'render_all', 'drawable', 'main']
+__all__ = ['KIND_COLORS', 'PAPER_MARKER', 'TABLE_GROUPS', 'COMPARISONS', 'split_control', 'study_scores', 'control_scores',
+           'draw_control', 'setup_style', 'save_figure', 'scale_note', 'fig_overview', 'fig_mlm_vs_clm',
+           'fig_mask_ratio', 'fig_data_efficiency', 'paper_flops_per_step', 'fig_lr_stability', 'fig_biphasic',
+           'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest', 'protocol_gaps',
+           'fig_protocol_gap', 'hyperparameter_table', 'results_tables', 'ours_minus_paper', 'directions',
+           'write_table', 'collect_cpt_loss', 'unigram_entropy', 'corpus_unigram_entropy', 'collect_pretrain_loss',
+           'render_all', 'drawable', 'main']
 
 # %% ../nbs/05_figures.ipynb #30282a31
+def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    "(the rows of released-name checkpoints, the rows of the control)."
+    is_control = results.checkpoint_name.astype(str) == CONTROL
+    return results[~is_control], results[is_control]
+
+
 def study_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
-    "Family scores (percent) with CIs and checkpoint metadata, one row per (checkpoint, family)."
-    fam = family_scores(protocol_cell(paper_rows(results)), selection)
+    "Family scores (percent) with CIs and checkpoint metadata, one row per (checkpoint, family); the control left out."
+    fam = family_scores(protocol_cell(paper_rows(split_control(results)[0])), selection)
     fam = fam[fam.family.isin(FAMILIES)].copy()
     for c in ('score', 'ci_low', 'ci_high'): fam[c] = fam[c] * 100
     meta = pd.DataFrame([describe_checkpoint(n) for n in fam.checkpoint.unique()])
     return fam.merge(meta, on='checkpoint')
+
+# %% ../nbs/05_figures.ipynb #f2c39860
+def control_scores(control: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
+    "Family scores (percent) of the control's rows, with intervals; empty when there are none."
+    if control.empty: return pd.DataFrame(columns=['checkpoint', 'family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets'])
+    fam = family_scores(protocol_cell(paper_rows(control)), selection)
+    fam = fam[fam.family.isin(FAMILIES)].copy()
+    for c in ('score', 'ci_low', 'ci_high'): fam[c] = fam[c] * 100
+    return fam.reset_index(drop=True)
+
+
+def draw_control(fig, control: pd.DataFrame) -> int:
+    "Add the control's score (line) and interval (band) to each family panel of a score figure; returns lines drawn."
+    by_family, drawn = control.set_index('family'), 0
+    if not fig.axes or fig.axes[0].get_ylabel() != 'score (%)': return 0
+    for ax in fig.axes:
+        if ax.get_title() not in by_family.index: continue
+        c = by_family.loc[ax.get_title()]
+        ax.axhline(c.score, color='dimgrey', ls=':', lw=1.2, zorder=1)
+        ax.axhspan(c.ci_low, c.ci_high, color='grey', alpha=0.12, lw=0, zorder=0)
+        ax.text(0.99, c.score, 'no pretraining', transform=ax.get_yaxis_transform(), ha='right', va='bottom',
+                fontsize=6, color='dimgrey')
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(max(0, min(lo, c.ci_low - 2)), min(100, max(hi, c.ci_high + 2)))
+        drawn += 1
+    return drawn
 
 # %% ../nbs/05_figures.ipynb #f48efe6e
 KIND_COLORS = dict(zip(['mlm', 'clm', 'biphasic', 'cpt'], sns.color_palette('colorblind', 4)))
@@ -474,6 +508,36 @@ def ours_minus_paper(scores: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values(['checkpoint', 'family']).reset_index(drop=True)
 
 
+# The paper's findings as signed differences of two models' family scores, named with `{size}` for the model size
+COMPARISONS = (('MLM-40 minus CLM', '{size}-mlm40-42k', '{size}-clm-42k'),
+               ('biphasic (25% CLM) minus MLM-40', '{size}-clm-10k-mlm40-42k', '{size}-mlm40-42k'),
+               ('biphasic (25% CLM) minus CLM', '{size}-clm-10k-mlm40-42k', '{size}-clm-42k'),
+               ('CPT from CLM minus CPT from MLM', '{size}-clm-dec42k-mlm40-54k', '{size}-mlm40-dec42k-mlm40-54k'))
+
+
+def directions(per_seed: pd.DataFrame,   # `seed_family_scores` of our runs (fractions)
+               ref: pd.DataFrame,        # the paper's reported family scores (`reported_scores`)
+               size: str,                # our model size (the demo: 'tiny')
+               paper_size: str = '610m') -> pd.DataFrame:
+    """Per comparison and family: our difference (points) with its 95% Welch interval over seeds, the paper's
+    difference at `paper_size`, and a verdict: 'too small to tell' when our interval holds 0, else whether the
+    sign agrees with the paper's."""
+    ours = per_seed.assign(score=per_seed.test_score * 100)
+    paper = ref.set_index(['checkpoint', 'family']).score
+    rows = []
+    for name, a, b in COMPARISONS:
+        for fam in FAMILIES:
+            pick = lambda ck: ours[(ours.checkpoint == ck.format(size=size)) & (ours.family == fam)].score
+            d, lo, hi = diff_interval(pick(a), pick(b))
+            if np.isnan(d): continue
+            pa, pb = (paper.get((ck.format(size=paper_size), fam), np.nan) for ck in (a, b))
+            verdict = ('too small to tell' if np.isnan(lo) or lo <= 0 <= hi else
+                       'no paper number' if np.isnan(pa - pb) else
+                       'as the paper' if np.sign(d) == np.sign(pa - pb) else 'opposite to the paper')
+            rows.append(dict(comparison=name, family=fam, ours=d, ci_low=lo, ci_high=hi, paper=pa - pb, verdict=verdict))
+    return pd.DataFrame(rows, columns=['comparison', 'family', 'ours', 'ci_low', 'ci_high', 'paper', 'verdict'])
+
+# %% ../nbs/05_figures.ipynb #983b3278
 def write_table(df: pd.DataFrame, folder: Path, name: str, caption: str) -> list[Path]:
     "Markdown and LaTeX versions of `df`."
     shown = df.astype(object).where(df.notna(), None)   # missing cells print empty, never 'nan'
@@ -492,9 +556,34 @@ def collect_cpt_loss(study_dir: str | Path) -> pd.DataFrame:
         rows += [dict(run=run, start=start, step=m['step'], loss=m['loss']) for m in read_jsonl(f)]
     return pd.DataFrame(rows, columns=['run', 'start', 'step', 'loss'])
 
+# %% ../nbs/05_figures.ipynb #f4c4b686
+def unigram_entropy(ids: np.ndarray) -> float:
+    "Entropy (nats/token) of the frequencies of the token ids `ids`: the loss of a context-free predictor."
+    counts = np.bincount(np.asarray(ids, dtype=np.int64))
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
 
 
+def corpus_unigram_entropy(data: str = 'embedded') -> float:
+    "The unigram entropy of the token store a run on `data` reads (the embedded corpus under its own tokenizer)."
+    from mlmclm.data import load_tokenizer, open_store
+    store = open_store(data, load_tokenizer(data))
+    return unigram_entropy(store.window(0, len(store))[0])
 
+
+def collect_pretrain_loss(study_dir: str | Path, entropy: float, tail: int = 5) -> pd.DataFrame:
+    "Per pretraining run of a study folder: last phase, steps, mean loss of its last `tail` logged rows, and `entropy`."
+    rows = []
+    for f in sorted(Path(study_dir).glob('*/metrics.jsonl')):
+        m = read_jsonl(f)
+        if not m: continue
+        last = [r for r in m if r['phase'] == m[-1]['phase']][-tail:]
+        ratio = last[-1].get('mask_ratio')
+        rows.append(dict(run=f.parent.name, last_phase=last[-1]['objective'] + (f'{round(ratio * 100)}' if ratio else ''),
+                         steps=m[-1]['step'], final_loss=float(np.mean([r['loss'] for r in last])), unigram_entropy=entropy))
+    return pd.DataFrame(rows, columns=['run', 'last_phase', 'steps', 'final_loss', 'unigram_entropy'])
+
+# %% ../nbs/05_figures.ipynb #22834d2c
 def render_all(results: pd.DataFrame,         # the results store (one row per fine-tuning run)
                out_dir: str | Path,            # where figures and tables go
                scale: str = 'demo',            # 'demo' or 'paper' (written on every figure)
@@ -505,6 +594,8 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
     "Every figure (PNG + PDF) and table (Markdown + LaTeX) of the paper into `out_dir`."
     setup_style()
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    results, control = split_control(results)   # the control is a reference line, not an experiment's point
+    control = control_scores(control, selection)
     every = paper_rows(results)          # the paper's datasets only (no `qed`)
     paper = protocol_cell(every)         # the paper's fine-tuning protocol; other cells: the protocol figure
     per_dataset = aggregate(paper, selection=selection)
@@ -526,22 +617,38 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
         figures['fig4b_data_efficiency_flops'] = fig_data_efficiency(scores, ref, scale, flops_per_step)
     gaps = protocol_gaps(every, selection) if len(protocol_cells(every)) > 1 else None
     if gaps is not None: figures['figP_protocol_gap'] = fig_protocol_gap(gaps, scale)
-    for name, fig in figures.items(): files += save_figure(fig, out, name)
+    for name, fig in figures.items():
+        draw_control(fig, control)
+        files += save_figure(fig, out, name)
     tables = out/'tables'
+    files += _our_tables(paper, scores, ref, control, tables, scale, selection)
     if gaps is not None:
         files += write_table(gaps, tables, 'protocol_gap', f'MLM minus CLM (points) per fine-tuning protocol ({scale_note(scale)})')
     files += write_table(hyperparameter_table(), tables, 'T01_hyperparameters', 'Table 1: hyperparameters')
     for name, table in results_tables(per_dataset, scores).items():
         files += write_table(table, tables, name, f'Table {int(name[1:3])}: {name[4:].replace("_", " ")} ({scale_note(scale)})')
-    files += write_table(ours_minus_paper(scores, ref), tables, 'ours_minus_paper',
-                         f'Ours minus the paper, family scores in percent ({scale_note(scale)})')
+    return files
+
+
+def _our_tables(paper, scores, ref, control, tables: Path, scale: str, selection: str) -> list[Path]:
+    "Ours minus the paper; the control's scores; the paper's comparisons at each size the paper did not train."
+    files = write_table(ours_minus_paper(scores, ref), tables, 'ours_minus_paper',
+                        f'Ours minus the paper, family scores in percent ({scale_note(scale)})')
+    if len(control):
+        files += write_table(control[['family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets']], tables, 'control',
+                             f'Control: {CONTROL} (random initialisation, no pretraining), family scores in percent ({scale_note(scale)})')
+    for size in sorted(set(scores['size']) - set(ref['size'])):   # our own sizes: does the paper's direction show?
+        files += write_table(directions(seed_family_scores(paper, selection), ref, size), tables, f'directions_{size}',
+                             f"The paper's comparisons at {size} (points, 95% Welch interval over seeds) beside the "
+                             f"paper's 610m differences ({scale_note(scale)})")
     return files
 
 # %% ../nbs/05_figures.ipynb #69343a14
 def drawable(results: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    "(the rows whose checkpoint names the figures can place, the names they cannot)."
+    "(the rows whose checkpoint names the figures can place (the control's included), the names they cannot)."
     bad = []
     for name in results.checkpoint_name.astype(str).unique():
+        if name == CONTROL: continue
         try: parse_run_name(name)
         except ValueError: bad.append(name)
     return results[~results.checkpoint_name.astype(str).isin(bad)], sorted(bad)
@@ -569,7 +676,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument('--results', required=True, help='results store (.jsonl)')
     p.add_argument('--out', required=True, help='output folder (e.g. figures/demo)')
     p.add_argument('--scale', default='demo', choices=['demo', 'paper', 'authors'])
-    p.add_argument('--study', help='study folder to collect CPT loss curves from (writes <out>/cpt_loss.csv)')
+    p.add_argument('--study', help='study folder to collect CPT loss curves from (writes <out>/cpt_loss.csv; demo scale: also '
+                                     '<out>/pretrain_loss.csv, final losses beside the unigram entropy)')
     p.add_argument('--selection', default=DEFAULT_SELECTION, choices=list(SELECTIONS),
                    help="LR selection: 'per_seed' (each seed's best LR on validation; reproduces the paper) or 'mean'")
     args = p.parse_args(argv)
@@ -579,6 +687,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.study:
         loss = collect_cpt_loss(args.study)
         atomic_write_text(loss_csv, loss.to_csv(index=False, float_format='%.6g'))
+        if args.scale == 'demo':   # the demo's runs read the embedded corpus: their loss beside its unigram entropy
+            pl = collect_pretrain_loss(args.study, corpus_unigram_entropy('embedded'))
+            atomic_write_text(out/'pretrain_loss.csv', pl.to_csv(index=False, float_format='%.4f'))
     loss = pd.read_csv(loss_csv) if loss_csv.is_file() else None
     files = render_all(results, out, args.scale, cpt_loss=loss, selection=args.selection)
     # the tidy table the figures were drawn from travels with them (sorted, fixed float format: stable diffs)

@@ -34,13 +34,20 @@ from .data import DEFAULT_FINEWEB_SUBSET, DEFAULT_REAL_TOKENIZER, TokenStore, lo
 from .objectives import adamw, device_peak_flops, flops_per_token, lm_loss, make_batch, wsd_schedule
 
 # %% auto #0
-__all__ = ['COMPLETE', 'FLOP_CONVENTION', 'DEMO', 'DEMO_SCHEDULES', 'PretrainConfig', 'resolve_phases', 'check_pretrain_config',
-           'default_run_id', 'step_batches', 'prefetched', 'recover_swaps', 'state_folder', 'save_training_state',
-           'load_training_state', 'TrainState', 'Run', 'state_memory', 'setup', 'batch_stream', 'train_step',
-           'Throughput', 'log_metrics', 'keep_checkpoint', 'save_if_due', 'pretrain', 'paper_config',
-           'write_paper_configs', 'main']
+__all__ = ['COMPLETE', 'FLOP_CONVENTION', 'DEMO', 'DEMO_SCHEDULES', 'step_defaults', 'PretrainConfig', 'resolve_phases',
+           'check_pretrain_config', 'default_run_id', 'step_batches', 'prefetched', 'recover_swaps', 'state_folder',
+           'save_training_state', 'load_training_state', 'TrainState', 'Run', 'state_memory', 'setup', 'batch_stream',
+           'train_step', 'Throughput', 'log_metrics', 'keep_checkpoint', 'save_if_due', 'pretrain', 'paper_config',
+           'write_paper_configs', 'main', 'loss_figure']
 
 # %% ../nbs/02_pretrain.ipynb #7dbd8cd7
+def step_defaults(total_steps: int) -> dict:
+    "Warmup, decay, kept checkpoints and save interval of a run of `total_steps` steps, for the ones not given."
+    return dict(warmup_steps=round(0.1 * total_steps), decay_steps=round(0.2 * total_steps),
+                checkpoint_steps=','.join(str(s) for s in sorted({total_steps // 4, total_steps // 2} - {0})),
+                save_every=max(1, total_steps // 4))
+
+
 @dataclass
 class PretrainConfig:
     size: str = param('tiny', 'model size (a key of MODEL_SIZES); ignored with init_from', choices=tuple(MODEL_SIZES))
@@ -64,8 +71,8 @@ class PretrainConfig:
     batch_size: int = param(16, 'rows per device per micro-batch', low=1)
     grad_accum: int = param(1, 'micro-batches per optimizer step', low=1)
     lr: float = param(PRETRAIN.lr, 'peak learning rate', low=0.0, low_open=True)
-    warmup_steps: int = param(20, 'linear warmup steps (2000 in the paper)', low=0)
-    decay_steps: int = param(40, 'linear decay steps at the end (2000 in the paper)', low=0)
+    warmup_steps: int | None = param(None, 'linear warmup steps (2000 in the paper); None: 10% of total_steps', low=0)
+    decay_steps: int | None = param(None, 'linear decay steps at the end (2000 in the paper); None: 20% of total_steps', low=0)
     weight_decay: float = param(ADAMW.weight_decay, 'AdamW weight decay (matrices only)', low=0.0)
     adam_beta1: float = param(ADAMW.beta1, 'AdamW beta1', low=0.0, high=1.0)
     adam_beta2: float = param(ADAMW.beta2, 'AdamW beta2', low=0.0, high=1.0)
@@ -74,8 +81,9 @@ class PretrainConfig:
     seed: int = param(42, 'seed of data order, masking and init', low=0)
     run_id: str | None = param(None, 'folder name under out_dir; derived from the config when None')
     out_dir: str | None = param(None, "where run folders go; <project>/runs by default")
-    checkpoint_steps: str = param('', "comma list of steps to keep checkpoints at (paper: '1000,2000,5000,10000,20000,40000')")
-    save_every: int = param(50, 'steps between resumable training-state saves', low=1)
+    checkpoint_steps: str | None = param(None, "comma list of steps to keep checkpoints at (paper: '1000,2000,5000,10000,"
+                                         "20000,40000'); None: a quarter and a half of total_steps; '': none")
+    save_every: int | None = param(None, 'steps between resumable training-state saves; None: a quarter of total_steps', low=1)
     log_every: int = param(10, 'steps between metrics.jsonl rows', low=1)
     stop_at_step: int | None = param(None, 'end this session after this step (the run stays resumable)', low=1)
     device: str | None = param(None, "'cpu', 'cuda', ...; None picks")
@@ -92,6 +100,10 @@ class PretrainConfig:
     on_config_change: str = param('refuse', "run_id trained before with other settings: 'refuse', 'force_new' (the old "
                                   "folder is moved aside) or 'resume_anyway' (run.json keeps the old settings)",
                                   choices=('refuse', 'force_new', 'resume_anyway'))
+
+    def __post_init__(self):   # the step settings left at None, from total_steps (see step_defaults)
+        for k, v in step_defaults(self.total_steps).items():
+            if getattr(self, k) is None: setattr(self, k, v)
 
 
 def resolve_phases(cfg: PretrainConfig) -> list[Phase]:
@@ -166,8 +178,9 @@ def default_run_id(cfg: PretrainConfig) -> str:
     tag = re.sub(r'[^\w.]+', '-', f'{cfg.size}-{sched}-{cfg.total_steps}')
     # only what differs from the defaults: a field added in a later version leaves every existing run id unchanged,
     # so an interrupted run still finds its folder (and resumes) after an upgrade
+    defaults = {**{f.name: f.default for f in dataclasses.fields(cfg)}, **step_defaults(cfg.total_steps)}
     changed = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-               if f.name not in _NOT_IN_RUN_ID and getattr(cfg, f.name) != f.default}
+               if f.name not in _NOT_IN_RUN_ID and getattr(cfg, f.name) != defaults[f.name]}
     return f'{tag}-{config_hash(changed)[:6]}'
 
 # %% ../nbs/02_pretrain.ipynb #166a5ada
@@ -805,6 +818,24 @@ def main(argv: list[str] | None = None) -> None:
         folder = pretrain(cfg)
         last = read_jsonl(folder/'metrics.jsonl')[-1]
         print(f'{name:9s} final loss {last["loss"]:.3f}  {last["tokens_per_s"]:.0f} tokens/s  -> {folder}')
+
+# %% ../nbs/02_pretrain.ipynb #17049f7d
+def loss_figure(metrics: list[dict],  # rows of a run's metrics.jsonl
+                phases: list[Phase],  # the run's phases (`check_pretrain_config`)
+                title: str = ''):
+    "The training loss per logged step, coloured by phase, with the switch steps marked; returns the figure."
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for i, ph in enumerate(phases):
+        rows = [m for m in metrics if m['phase'] == i]
+        if rows: ax.plot([m['step'] for m in rows], [m['loss'] for m in rows], marker='.', label=f'phase {i + 1}: {ph.label}')
+    for s in switch_steps(phases):
+        ax.axvline(s, color='grey', ls='--', lw=1)
+        ax.annotate(f'switch at {s}', (s, 1), xycoords=('data', 'axes fraction'), ha='left', va='top', fontsize=8)
+    ax.set(xlabel='step', ylabel='training loss (nats/token)', title=title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
 
 # %% ../nbs/02_pretrain.ipynb #b3aa66e8
 # `python -m mlmclm.pretrain`; not when this notebook itself runs (IPython sets builtins.__IPYTHON__)

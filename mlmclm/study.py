@@ -11,6 +11,7 @@ import fnmatch
 import functools
 import itertools
 import json
+import logging
 import sys
 import textwrap
 import time
@@ -18,16 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .core import ConfigError, atomic_write_text, project_root, read_json, run_claim_path
-from .vocab import (EMBEDDED_TASKS, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN, Phase,
+from .vocab import (CONTROL, EMBEDDED_TASKS, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN, Phase,
                           RunName, describe_checkpoint, paper_experiments, parse_run_name, run_name)
 from .results import PROTOCOL_AXES
 from .model import MODEL_SIZES, model_config
 from .objectives import flops_per_token
 
 # %% auto #0
-__all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_PRETRAIN', 'DEMO_FINETUNE', 'ABLATION_CHECKPOINTS', 'PRESETS', 'PlannedRun',
-           'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets', 'paper_plan', 'Costs',
-           'run_flops', 'finetune_flops', 'estimate', 'select', 'demo_experiments', 'demo_plan',
+__all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_PRETRAIN', 'DEMO_FINETUNE', 'DEMO_LRS', 'DEMO_SEEDS', 'ABLATION_CHECKPOINTS',
+           'PRESETS', 'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets',
+           'paper_plan', 'Costs', 'run_flops', 'finetune_flops', 'estimate', 'select', 'demo_experiments', 'demo_plan',
            'protocol_ablation_plan', 'checkpoint_dir', 'pretrain_params', 'runnable_notebook', 'run_notebook',
            'finetune_jobs', 'paper_grad_accum', 'accelerate_command', 'job_keys', 'job_work', 'submit_finetune_array',
            'study_status', 'PretrainJob', 'pretrain_job_specs', 'submit_pretrain_jobs', 'finetune_params', 'launch',
@@ -225,7 +226,8 @@ def _family(dataset: str) -> str:
 
 def _eval_size(plan: StudyPlan, e: EvalPoint) -> str:
     "The model size of an evaluation point: its run's, or the one its released name states."
-    return plan.runs[e.run].spec.size if e.run is not None else parse_run_name(e.recorded_name).size
+    if e.run is not None: return plan.runs[e.run].spec.size
+    return 'tiny' if e.recorded_name == CONTROL else parse_run_name(e.recorded_name).size
 
 
 def finetune_flops(plan: StudyPlan, costs: Costs = Costs()) -> float:
@@ -284,9 +286,12 @@ def select(plan: StudyPlan, experiments: list[str] | None = None, sizes: list[st
 
 # %% ../nbs/04_study.ipynb #a04a76dd
 DEMO_SCALE = 1 / 250
-DEMO_PRETRAIN = dict(seq_len=128, batch_size=16, grad_accum=1, lr=2e-3, data='embedded', tokenizer=None,
+DEMO_PRETRAIN = dict(seq_len=128, batch_size=16, grad_accum=1, lr=3e-3, data='embedded', tokenizer=None,
                      save_every=40, log_every=4)
-DEMO_FINETUNE = dict(max_steps=20, eval_every=10, max_eval_examples=100)   # minutes, not hours, on 2 CPU cores
+# fewer, longer fine-tuning runs: 50 steps of 16 examples (800 examples, a quarter of the SC training set), tested
+# on up to 200 examples; the protocol (final weights, no BOS, ...) stays the paper's
+DEMO_FINETUNE = dict(max_steps=50, batch_size=16, micro_batch_size=16, eval_every=50, max_eval_examples=200)
+DEMO_LRS, DEMO_SEEDS = (1e-3, 3e-3), (0, 1)
 
 def demo_experiments() -> dict[str, list[str]]:
     pure = ['tiny-clm-42k', 'tiny-mlm20-42k', 'tiny-mlm40-42k']
@@ -295,12 +300,16 @@ def demo_experiments() -> dict[str, list[str]]:
             'E7': [f'tiny-{o}-dec42k-mlm40-54k' for o in ('clm', 'mlm40')]}
 
 
-def demo_plan(datasets: tuple | None = None, lrs: tuple = (1e-4, 1e-3), seeds: tuple = (0, 1)) -> StudyPlan:
-    "The paper's structure at CPU scale (see above)."
+def demo_plan(datasets: tuple | None = None, lrs: tuple = DEMO_LRS, seeds: tuple = DEMO_SEEDS,
+              control: bool = True,   # also fine-tune the randomly initialised tiny model (`CONTROL`)
+             ) -> StudyPlan:
+    "The paper's structure at CPU scale (see above); intermediate checkpoints on the first dataset only."
     if datasets is None:
         datasets = tuple(EMBEDDED_TASKS)
-    return build_plan('demo', demo_experiments(), datasets, datasets, lrs, seeds, step_scale=DEMO_SCALE,
+    plan = build_plan('demo', demo_experiments(), datasets, datasets[:1], lrs, seeds, step_scale=DEMO_SCALE,
                       pretrain_overrides=DEMO_PRETRAIN, finetune_overrides=DEMO_FINETUNE)
+    if control: plan.evals.append(EvalPoint(CONTROL, None, 0, tuple(datasets), source=CONTROL))
+    return plan
 
 # %% ../nbs/04_study.ipynb #72df18a1
 ABLATION_CHECKPOINTS = ('MLMvsCLM/610m-clm-42k', 'MLMvsCLM/610m-mlm40-42k')
@@ -388,8 +397,15 @@ def run_notebook(notebook: str, module: str, parameters: dict, output: Path) -> 
     output = Path(output); output.parent.mkdir(parents=True, exist_ok=True)
     source = output.with_name(output.stem + '.source.ipynb')
     nbformat.write(runnable_notebook(project_root()/'nbs'/notebook, module), str(source))
-    papermill.execute_notebook(str(source), str(output), parameters=parameters, progress_bar=False,
-                               cwd=str(project_root()))
+    # the kernel's own log (e.g. ipykernel's warning that it talks to papermill over local TCP without encryption)
+    # would land in the user's terminal on every run, and papermill warns about each parameter that its parameters
+    # cell does not list (the guard cell already refuses names the config does not know); errors still show, and
+    # cell failures come back as exceptions
+    log = logging.getLogger('papermill'); level = log.level
+    log.setLevel(logging.ERROR)
+    try: papermill.execute_notebook(str(source), str(output), parameters=parameters, progress_bar=False,
+                                    cwd=str(project_root()), extra_arguments=['--log-level=ERROR'])
+    finally: log.setLevel(level)
     source.unlink()
     return output
 

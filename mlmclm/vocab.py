@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from .core import ConfigError
 
 # %% auto #0
-__all__ = ['OBJECTIVES', 'SIZE_ORDER', 'SIZES', 'RATIOS', 'BUDGETS', 'E3_STEPS', 'CPT_STEPS', 'FULL_BUDGET', 'FAMILIES',
-           'PAPER_DATASETS', 'PAPER_TASKS', 'EMBEDDED_TASKS', 'PAPER_LRS', 'PAPER_SEEDS', 'ADAMW', 'PRETRAIN',
-           'FINETUNE', 'FINETUNE_OPTIONS', 'PROTOCOL', 'Phase', 'parse_schedule', 'phase_at', 'switch_steps', 'RunName',
-           'kilo_steps', 'run_name', 'parse_run_name', 'describe_checkpoint', 'paper_experiments', 'paper_checkpoints',
-           'paper_run_names', 'AdamW', 'PretrainRecipe', 'FinetuneRecipe', 'ProtocolOption']
+__all__ = ['OBJECTIVES', 'SIZE_ORDER', 'CONTROL', 'SIZES', 'RATIOS', 'BUDGETS', 'E3_STEPS', 'CPT_STEPS', 'FULL_BUDGET',
+           'FAMILIES', 'PAPER_DATASETS', 'PAPER_TASKS', 'EMBEDDED_TASKS', 'PAPER_LRS', 'PAPER_SEEDS', 'ADAMW',
+           'PRETRAIN', 'FINETUNE', 'FINETUNE_OPTIONS', 'PROTOCOL', 'Phase', 'parse_schedule', 'phase_at',
+           'switch_steps', 'RunName', 'kilo_steps', 'run_name', 'parse_run_name', 'describe_checkpoint',
+           'paper_experiments', 'paper_checkpoints', 'paper_run_names', 'AdamW', 'PretrainRecipe', 'FinetuneRecipe',
+           'ProtocolOption']
 
 # %% ../nbs/00a_vocab.ipynb #e37d229b
 OBJECTIVES = ('clm', 'mlm')
@@ -179,6 +180,9 @@ def describe_checkpoint(name: str) -> dict:
                 cpt_steps=total if r.cpt_from else 0,
                 step=r.checkpoint_step if r.checkpoint_step is not None else r.total_steps,
                 intermediate=r.checkpoint_step is not None)
+
+# %% ../nbs/00a_vocab.ipynb #26daa36f
+CONTROL = 'tiny-random'   # the randomly initialised tiny model (no pretraining): the demo's reference line
 
 # %% ../nbs/00a_vocab.ipynb #b08b90c9
 SIZES = ('210m', '610m', '1b')

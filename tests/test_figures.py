@@ -230,3 +230,43 @@ def test_committed_demo_results_render_every_figure(tmp_path):
     for f in files:
         committed = DEMO/Path(f).relative_to(tmp_path)
         assert committed.is_file(), committed
+
+
+def test_a_demo_study_folder_gives_final_pretraining_losses_beside_the_unigram_entropy(tmp_path, monkeypatch):
+    study = tmp_path/'study'
+    (study/'tiny-clm-42k').mkdir(parents=True)
+    (study/'tiny-clm-42k'/'metrics.jsonl').write_text(''.join(
+        f'{{"step": {s}, "phase": 0, "objective": "clm", "mask_ratio": null, "loss": {9 - s / 10}}}\n' for s in range(1, 11)))
+    monkeypatch.setattr(figures, 'render_all', lambda *a, **k: [])   # the figures are tested above
+    main(['--results', str(DEMO/'results.csv'), '--out', str(tmp_path/'f'), '--study', str(study), '--scale', 'demo'])
+    pl = pd.read_csv(tmp_path/'f'/'pretrain_loss.csv')
+    assert pl[['run', 'last_phase', 'steps']].values.tolist() == [['tiny-clm-42k', 'clm', 10]]
+    assert abs(pl.final_loss[0] - 8.2) < 1e-4                      # mean of the last 5 logged losses (8.4 .. 8.0)
+    assert 6.5 < pl.unigram_entropy[0] < 7.2                        # the embedded corpus under its 8,192-token BPE
+
+
+def _control_margins(results: pd.DataFrame) -> pd.DataFrame:
+    "Per family: the control's score and seed spread, and the best pretrained model's score and seed spread (percent)."
+    from mlmclm.results import seed_family_scores
+    per_seed = seed_family_scores(results, 'per_seed')
+    per_seed = per_seed[~per_seed.checkpoint.str.fullmatch(r'tiny-.*-\d+k-\d+')]   # final models and the control only
+    g = per_seed.groupby(['family', 'checkpoint']).test_score.agg(['mean', lambda s: s.max() - s.min()]) * 100
+    g.columns = ['score', 'spread']
+    rows = []
+    for fam, f in g.groupby(level='family'):
+        f = f.droplevel('family')
+        ctl, best = f.loc['tiny-random'], f.drop('tiny-random').score.idxmax()
+        rows.append(dict(family=fam, control=ctl.score, control_spread=ctl.spread, best=best,
+                         best_score=f.loc[best, 'score'], best_spread=f.loc[best, 'spread']))
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.skipif(not (DEMO/'results.csv').is_file() or
+                    'tiny-random' not in set(pd.read_csv(DEMO/'results.csv').checkpoint_name),
+                    reason='the committed demo results have no control rows yet')
+def test_the_committed_demo_learns_every_family_beats_the_control_and_sc_reaches_60_percent():
+    m = _control_margins(read_results(DEMO/'results.csv'))
+    assert set(m.family) == set(FAMILIES), m
+    for r in m.to_dict('records'):
+        assert r['best_score'] - r['control'] > max(r['control_spread'], r['best_spread']), r
+    assert m.set_index('family').loc['SC', 'best_score'] >= 60, m

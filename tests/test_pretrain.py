@@ -60,6 +60,23 @@ def test_papermill_biphasic_line_works_and_rejects_typos(tmp_path):
     assert "unknown parameter 'mask_ration' (did you mean 'mask_ratio'?)" in bad.stderr + bad.stdout
 
 
+def test_a_short_run_needs_only_total_steps_and_runs_quietly(tmp_path, capfd, caplog):
+    """Issue 14: `-p total_steps 4` alone trains (warmup, decay, checkpoints, saves derived); no kernel log in the
+    terminal, and no papermill warning for a parameter the config knows but the parameters cell does not list."""
+    from mlmclm.study import run_notebook
+    out = run_notebook('02_pretrain.ipynb', 'mlmclm.pretrain', dict(total_steps=4, seq_len=32, batch_size=4, log_every=1,
+                       out_dir=str(tmp_path), run_id='short'), tmp_path/'short.ipynb')
+    assert [m['step'] for m in read_jsonl(tmp_path/'short'/'metrics.jsonl')] == [1, 2, 3, 4]
+    assert sorted(p.name for p in (tmp_path/'short'/'checkpoints').iterdir()) == ['step-1', 'step-2', 'step-4']
+    settings = json.loads((tmp_path/'short'/'run.json').read_text())
+    assert json.dumps(settings).count('"warmup_steps": 0') >= 1, settings
+    nb = json.loads(out.read_text())
+    assert any('image/png' in o.get('data', {}) for c in nb['cells'] for o in c.get('outputs', [])), 'no loss figure'
+    captured = capfd.readouterr()
+    assert 'without encryption' not in captured.err + captured.out
+    assert not [r for r in caplog.records if r.levelno >= 30], [r.getMessage() for r in caplog.records]
+
+
 @pytest.mark.parametrize('values, message', [
     (dict(schedule='bert'), "cannot read phase 'bert'"),
     (dict(mask_ratio=1.5), 'mask_ratio=1.5 is out of range'),

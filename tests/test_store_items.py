@@ -212,3 +212,16 @@ def test_item10_importer_refuses_unknown_dataset_names(tmp_path):
     report = pr.import_tree(tmp_path, tmp_path/'r.jsonl', progress=False)
     assert report['imported'] == 0
     assert "'SST2'" in report['skipped'][0]['reason'] and 'sst2' in report['skipped'][0]['reason']
+
+
+def test_a_csv_results_path_is_refused_before_anything_is_written(tmp_path):
+    "Issue 14: a results path ending in .csv used to receive JSON lines; it is refused, and nothing lands on disk."
+    from mlmclm.core import build_config
+    from mlmclm.results import StoreWriter
+    for path in (tmp_path/'r.csv', tmp_path/'sub'/'results.csv'):
+        cfg = build_config(ft.FinetuneConfig, results=str(path), tasks='rt_sentiment', max_steps=1, progress=False)
+        with pytest.raises(ConfigError, match=r"names a CSV table; a results store is JSON lines: give a path ending in \.jsonl"):
+            ft.finetune_sweep(cfg)
+        with pytest.raises(ConfigError, match='names a CSV table'):
+            StoreWriter(path)
+    assert list(tmp_path.iterdir()) == []
