@@ -563,6 +563,9 @@ def _train(model, kind, feats, steps, opt, sched, seed, run: RunContext, eval_ta
     for step in range(1, steps + 1):
         idx = order[(step - 1) * cfg.batch_size: step * cfg.batch_size]
         losses.append(_train_step(model, kind, [feats[i] for i in idx], run, opt, sched))
+        if not math.isfinite(losses[-1]):   # as pretraining does: a diverged run stops, it never scores or stores
+            raise FloatingPointError(f"fine-tuning loss is {losses[-1]} at step {step} of {steps} (learning rate "
+                                     f"{opt.param_groups[0]['lr']:.3g} there): the run diverged and is stopped")
         if cfg.select_step == 'best' and (step % cfg.eval_every == 0 or step == steps):
             score = float(np.mean([s['score'] for s in _scores(eval_tasks, model, data, 'validation', run)]))
             if score > best[0]: best = (score, step, {k: v.detach().clone() for k, v in model.state_dict().items()})

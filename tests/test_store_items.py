@@ -225,3 +225,11 @@ def test_a_csv_results_path_is_refused_before_anything_is_written(tmp_path):
         with pytest.raises(ConfigError, match='names a CSV table'):
             StoreWriter(path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_item5_a_fine_tuning_run_whose_loss_is_not_finite_stops_and_stores_nothing(tmp_path, monkeypatch):
+    ck = tiny_checkpoint(tmp_path/'ck')
+    monkeypatch.setattr(ft, 'batch_backward', lambda *a, **k: torch.tensor(float('nan')))   # a diverged step
+    with pytest.raises(FloatingPointError, match='fine-tuning loss is nan at step 1 of 1'):
+        ft.finetune_sweep(tiny_cfg(tmp_path, checkpoint=str(ck)))
+    assert load_results(tmp_path/'results.jsonl').empty
