@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from mlmclm.core import read_jsonl
+from mlmclm.results import read_rows
 from mlmclm.finetune import FinetuneConfig, encode_sequence, finetune_sweep
 from mlmclm.tasks import TASKS
 from smollm2 import smollm2_gguf, smollm2_llama_folder, transformers_classifier_accuracy
@@ -27,12 +27,12 @@ CELLS = [(a, p) for a in ('bidirectional', 'causal') for p in ('mean', 'last', '
 def test_smollm2_protocol_grid_against_transformers(tmp_path):
     folder = smollm2_llama_folder()
     ours, t0 = {}, time.perf_counter()
-    for attention, pooling in CELLS:   # a store per cell: the store's run key does not hold the protocol options
+    for attention, pooling in CELLS:   # a store per cell (one store would also do: the run key holds the protocol cell)
         cfg = FinetuneConfig(checkpoint=str(folder), tasks='rt_sentiment', lrs=str(LR), seeds='0', max_steps=STEPS,
                              batch_size=BATCH, micro_batch_size=BATCH, max_length=MAX_LENGTH, max_eval_examples=N_EVAL,
                              attention=attention, pooling=pooling, precision='fp32', device='cpu',
                              results=str(tmp_path/f'{attention}-{pooling}.jsonl'), progress=False)
-        row, = read_jsonl(finetune_sweep(cfg))
+        row, = read_rows(finetune_sweep(cfg))
         assert (row['steps'], row['attention'], row['pooling']) == (STEPS, attention, pooling)
         ours[attention, pooling] = row['test_score']
         print(f'ours {attention:>13} {pooling:>5}: {row["test_score"]:.4f} ({row["wall_time_s"]:.0f} s)', flush=True)
