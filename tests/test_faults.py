@@ -70,12 +70,7 @@ else:                                                        # claim-protected f
 '''
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-import torch
 
 import mlmclm.finetune as ft
 from mlmclm.tasks import TASKS
@@ -20,12 +19,7 @@ CASES = {   # id: (task, options)
 }
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
 
 
 @pytest.fixture(scope='module')

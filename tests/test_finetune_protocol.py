@@ -18,12 +18,7 @@ TASKS_BY_FAMILY = dict(SC='rt_sentiment', TC='tweet_ner', QA='corpus_cloze', IR=
 HAS_POOLING = 'pooling' in inspect.signature(TaskModel).parameters
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
 
 
 @pytest.fixture(scope='module')

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 import mlmclm.finetune as ft
 import mlmclm.results as res
@@ -16,12 +15,7 @@ from mlmclm.results import load_results, read_examples, read_rows
 from test_store_items import tiny_cfg, tiny_checkpoint
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
 
 
 def test_every_row_of_a_sweep_carries_its_provenance(tmp_path):

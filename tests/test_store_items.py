@@ -21,12 +21,7 @@ from mlmclm.results import aggregate, family_scores, load_results
 ROOT = project_root()
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
 
 
 def tiny_cfg(tmp_path, **kw):
