@@ -30,15 +30,18 @@ from .core import ConfigError, assets_dir, atomic_path, atomic_write_json, proje
 from .vocab import PRETRAIN
 
 # %% auto #0
-__all__ = ['EMBEDDED', 'DEFAULT_REAL_TOKENIZER', 'FINEWEB_EDU', 'DEFAULT_FINEWEB_SUBSET', 'SPLITS', 'BOS', 'EOS', 'MASK',
-           'LLAMA3_RESERVED_MASK', 'LLAMA3_SPLIT_PATTERN', 'STORE_FORMAT', 'DEFAULT_SHARD_TOKENS', 'DOCS_PER_UNIT',
-           'corpus_path', 'tokenizer_dir', 'embedded_records', 'embedded_documents', 'build_tokenizer',
-           'ensure_special_tokens', 'load_tokenizer', 'finite_documents', 'epoch_order', 'fineweb_documents',
-           'tokenize', 'packed_rows', 'batches', 'StoreError', 'StoreSource', 'store_source', 'default_store_dir',
-           'store_path', 'build_store', 'TokenStore', 'open_store', 'write_hub_layout', 'pipeline_throughput', 'main']
+__all__ = ['EMBEDDED', 'EMBEDDED_REVIEWS', 'EMBEDDED_SOURCES', 'DEFAULT_REAL_TOKENIZER', 'FINEWEB_EDU', 'DEFAULT_FINEWEB_SUBSET',
+           'SPLITS', 'BOS', 'EOS', 'MASK', 'LLAMA3_RESERVED_MASK', 'LLAMA3_SPLIT_PATTERN', 'STORE_FORMAT',
+           'DEFAULT_SHARD_TOKENS', 'DOCS_PER_UNIT', 'corpus_path', 'tokenizer_dir', 'reviews_path', 'embedded_records',
+           'embedded_documents', 'review_documents', 'build_tokenizer', 'ensure_special_tokens', 'load_tokenizer',
+           'finite_documents', 'epoch_order', 'fineweb_documents', 'tokenize', 'packed_rows', 'batches', 'StoreError',
+           'StoreSource', 'store_source', 'default_store_dir', 'store_path', 'build_store', 'TokenStore', 'open_store',
+           'write_hub_layout', 'pipeline_throughput', 'main']
 
 # %% ../nbs/01a_data.ipynb #2bb93a59
 EMBEDDED = 'embedded'                                   # the name of the shipped corpus and tokenizer
+EMBEDDED_REVIEWS = 'embedded+reviews'                   # the shipped corpus' train split plus unlabeled movie reviews
+EMBEDDED_SOURCES = (EMBEDDED, EMBEDDED_REVIEWS)          # the finite sources that ship with the package
 DEFAULT_REAL_TOKENIZER = PRETRAIN.tokenizer            # the paper's tokenizer (gated on the hub)
 FINEWEB_EDU = PRETRAIN.data                             # the paper's pretraining data
 DEFAULT_FINEWEB_SUBSET = 'sample-350BT'   # the paper's subset is unknown; this one holds unique tokens for every run (see the token store)
@@ -53,6 +56,10 @@ def corpus_path() -> Path:
 def tokenizer_dir() -> Path:
     "The shipped tokenizer folder (loadable with `AutoTokenizer.from_pretrained`)."
     return assets_dir()/'tokenizer'
+
+def reviews_path() -> Path:
+    "Unlabeled movie-review snippets and plot synopses (none of the SC task's examples): xz JSON lines, as the corpus."
+    return assets_dir()/'corpus'/'reviews.jsonl.xz'
 
 # %% ../nbs/01a_data.ipynb #efe7a9ca
 @lru_cache(maxsize=1)
@@ -69,6 +76,14 @@ def embedded_documents(split: str = 'train'  # 'train', 'heldout' or 'all'
                       ) -> list[str]:
     "The texts of the shipped corpus rows of `split`."
     return [r['text'] for r in embedded_records(split)]
+
+@lru_cache(maxsize=1)
+def _review_rows() -> tuple[dict, ...]:
+    with lzma.open(reviews_path(), 'rt', encoding='utf-8') as f: return tuple(json.loads(l) for l in f)
+
+def review_documents() -> list[str]:
+    "The texts of the shipped review documents (pretraining text only: nothing of them is held out)."
+    return [r['text'] for r in _review_rows()]
 
 # %% ../nbs/01a_data.ipynb #268ff2ae
 LLAMA3_SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -119,7 +134,7 @@ def ensure_special_tokens(tok: PreTrainedTokenizerFast  # modified in place (and
 def load_tokenizer(name_or_path: str | Path | None = None  # None or 'embedded': the shipped BPE; else a hub id or a folder
                   ) -> PreTrainedTokenizerFast:
     "A fast tokenizer with BOS, EOS, PAD and MASK guaranteed (see the rule above); `len(tokenizer)` is the vocabulary the model needs."
-    src = tokenizer_dir() if name_or_path in (None, EMBEDDED) else name_or_path
+    src = tokenizer_dir() if name_or_path in (None, *EMBEDDED_SOURCES) else name_or_path
     tok = AutoTokenizer.from_pretrained(str(src))
     if not getattr(tok, 'is_fast', False):
         raise ConfigError(f'tokenizer {name_or_path!r} has no fast (Rust) implementation; a fast tokenizer is required')
@@ -157,12 +172,13 @@ def _read_local(path: Path, text_field: str = 'text') -> list[str]:
     if not docs: raise ConfigError(f'data path {str(path)!r} holds no .txt or .jsonl documents')
     return docs
 
-def finite_documents(data: str | Path,        # 'embedded' or a local .txt/.jsonl file or folder
-                     split: str = 'train',    # for 'embedded' only: 'train', 'heldout' or 'all'
+def finite_documents(data: str | Path,        # 'embedded', 'embedded+reviews' or a local .txt/.jsonl file or folder
+                     split: str = 'train',    # for the shipped corpus only: 'train', 'heldout' or 'all'
                      text_field: str = 'text' # for .jsonl only: the field that holds the text
                     ) -> list[str]:
     "All documents of a finite source, in a fixed order, empty ones dropped (none left is an error)."
     if str(data) == EMBEDDED: docs = embedded_documents(split)
+    elif str(data) == EMBEDDED_REVIEWS: docs = embedded_documents(split) + (review_documents() if split != 'heldout' else [])
     elif Path(data).exists(): docs = _read_local(Path(data), text_field)
     else: raise ConfigError(f"data={str(data)!r} is neither 'embedded', 'fineweb-edu' nor an existing file or folder")
     docs = [d for d in docs if d.strip()]
@@ -243,7 +259,7 @@ def packed_rows(data: str | Path = EMBEDDED,  # 'embedded', 'fineweb-edu', or a 
             while batch := list(itertools.islice(texts, 256)): yield from tokenize(batch, tokenizer)
         return itertools.islice(_pack(tokenized(), seq_len, bos, eos), start_row, None)
     docs = finite_documents(data, **source_kwargs)
-    key = (str(Path(data).resolve()) if str(data) != EMBEDDED else EMBEDDED, tuple(sorted(source_kwargs.items())), len(docs))
+    key = (str(Path(data).resolve()) if str(data) not in EMBEDDED_SOURCES else str(data), tuple(sorted(source_kwargs.items())), len(docs))
     toks = _tokenized_finite(docs, tokenizer, key)
     epoch_len = sum(len(t) + 2 for t in toks)
     first_epoch, offset = divmod(start_row * seq_len, epoch_len)
@@ -285,7 +301,7 @@ def store_source(data: str | Path,            # 'embedded', 'fineweb-edu', or a 
                  text_field: str = 'text',
                 ) -> StoreSource:
     "The `StoreSource` of a `data` value as the trainer and `build-store` take it."
-    if str(data) == EMBEDDED: return StoreSource('embedded', EMBEDDED, text_field=text_field)
+    if str(data) in EMBEDDED_SOURCES: return StoreSource('embedded', str(data), text_field=text_field)
     if str(data) == 'fineweb-edu':
         return StoreSource('fineweb-edu', str(repo or FINEWEB_EDU), subset or DEFAULT_FINEWEB_SUBSET, revision, text_field)
     if not Path(data).exists():
@@ -521,7 +537,7 @@ def _store_plan(source: StoreSource, tokenizer, seed: int) -> tuple[list, dict]:
 def store_path(source: StoreSource, tokenizer, seed: int, store_dir: str | Path | None = None,
                content: str | None = None) -> Path:
     "The folder of the store of (source, tokenizer, seed) under `store_dir`: a readable name and a hash."
-    name = {'embedded': EMBEDDED, 'local': Path(source.path).name, 'fineweb-edu': f'fineweb-edu-{source.subset}'}[source.kind]
+    name = {'embedded': source.path, 'local': Path(source.path).name, 'fineweb-edu': f'fineweb-edu-{source.subset}'}[source.kind]
     key = hashlib.sha256(json.dumps([dataclasses.asdict(source), _tokenizer_sha(tokenizer), seed, content]).encode())
     return Path(store_dir or default_store_dir())/f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}-seed{seed}-{key.hexdigest()[:10]}"
 

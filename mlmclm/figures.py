@@ -564,6 +564,13 @@ def unigram_entropy(ids: np.ndarray) -> float:
     return float(-(p * np.log(p)).sum())
 
 
+def _study_data(study_dir: str | Path) -> str:
+    "The one pretraining data source of a study folder's runs (their `run.json`)."
+    found = {json.loads(f.read_text())['config']['data'] for f in Path(study_dir).glob('*/run.json')}
+    if len(found) != 1: raise ValueError(f'{study_dir}: its runs read {sorted(found) or "nothing"}; expected one source')
+    return found.pop()
+
+
 def corpus_unigram_entropy(data: str = 'embedded') -> float:
     "The unigram entropy of the token store a run on `data` reads (the embedded corpus under its own tokenizer)."
     from mlmclm.data import load_tokenizer, open_store
@@ -687,8 +694,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.study:
         loss = collect_cpt_loss(args.study)
         atomic_write_text(loss_csv, loss.to_csv(index=False, float_format='%.6g'))
-        if args.scale == 'demo':   # the demo's runs read the embedded corpus: their loss beside its unigram entropy
-            pl = collect_pretrain_loss(args.study, corpus_unigram_entropy('embedded'))
+        if args.scale == 'demo':   # the demo's runs read a shipped corpus: their loss beside its unigram entropy
+            pl = collect_pretrain_loss(args.study, corpus_unigram_entropy(_study_data(args.study)))
             atomic_write_text(out/'pretrain_loss.csv', pl.to_csv(index=False, float_format='%.4f'))
     loss = pd.read_csv(loss_csv) if loss_csv.is_file() else None
     files = render_all(results, out, args.scale, cpt_loss=loss, selection=args.selection)

@@ -30,7 +30,7 @@ from .vocab import (ADAMW, E3_STEPS, PRETRAIN, AdamW, Phase, paper_run_names, pa
                           phase_at, switch_steps)
 from .model import (MODEL_SIZES, Transformer, build_model, check_checkpoint, config_from_hf, default_backend, load,
                           model_config, save)
-from .data import DEFAULT_FINEWEB_SUBSET, DEFAULT_REAL_TOKENIZER, TokenStore, load_tokenizer, open_store
+from .data import DEFAULT_FINEWEB_SUBSET, DEFAULT_REAL_TOKENIZER, EMBEDDED_SOURCES, TokenStore, load_tokenizer, open_store
 from .objectives import adamw, device_peak_flops, flops_per_token, lm_loss, make_batch, wsd_schedule
 
 # %% auto #0
@@ -62,7 +62,7 @@ class PretrainConfig:
     init_from: str | None = param(None, 'continue from a checkpoint (ours, HF Llama-family, MLMvsCLM/*); weights only')
     resume_from: str | None = param(None, "full training state to resume from (another run's state folder)")
     tokenizer: str | None = param(None, 'HF tokenizer name/folder; None: see above')
-    data: str = param('embedded', "'embedded', 'fineweb-edu', a folder/file of .txt/.jsonl, or a token store folder")
+    data: str = param('embedded', "'embedded', 'embedded+reviews', 'fineweb-edu', a folder/file of .txt/.jsonl, or a token store folder")
     data_subset: str | None = param(None, f'fineweb-edu subset ({DEFAULT_FINEWEB_SUBSET} when None: unique tokens for 54k steps)')
     data_offset: int | None = param(None, "first store token read: None continues after init_from's tokens (CPT), else 0; 0 replays", low=0)
     store_dir: str | None = param(None, 'where token stores of sources are built and found (<project>/stores)')
@@ -377,7 +377,7 @@ def _load_legacy_state(run, folder: Path):
 def _tokenizer_for(cfg: PretrainConfig):
     if cfg.tokenizer: return load_tokenizer(cfg.tokenizer)
     if cfg.init_from and Path(cfg.init_from, 'tokenizer_config.json').is_file(): return load_tokenizer(cfg.init_from)
-    return load_tokenizer('embedded' if cfg.data == 'embedded' else None)
+    return load_tokenizer('embedded' if cfg.data in EMBEDDED_SOURCES else None)
 
 
 def _build(cfg: PretrainConfig, tokenizer, backend: str) -> Transformer:

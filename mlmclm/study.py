@@ -6,12 +6,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import fnmatch
 import functools
 import itertools
 import json
 import logging
+import multiprocessing
+import os
 import sys
 import textwrap
 import time
@@ -26,13 +29,14 @@ from .model import MODEL_SIZES, model_config
 from .objectives import flops_per_token
 
 # %% auto #0
-__all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_PRETRAIN', 'DEMO_FINETUNE', 'DEMO_LRS', 'DEMO_SEEDS', 'ABLATION_CHECKPOINTS',
-           'PRESETS', 'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets',
-           'paper_plan', 'Costs', 'run_flops', 'finetune_flops', 'estimate', 'select', 'demo_experiments', 'demo_plan',
-           'protocol_ablation_plan', 'checkpoint_dir', 'pretrain_params', 'runnable_notebook', 'run_notebook',
-           'finetune_jobs', 'paper_grad_accum', 'accelerate_command', 'job_keys', 'job_work', 'submit_finetune_array',
-           'study_status', 'PretrainJob', 'pretrain_job_specs', 'submit_pretrain_jobs', 'finetune_params', 'launch',
-           'get_plan', 'measured_finetune', 'measured_finetune_line', 'describe', 'main']
+__all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_PRETRAIN', 'DEMO_FINETUNE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERMEDIATE',
+           'ABLATION_CHECKPOINTS', 'PRESETS', 'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan',
+           'intermediate_datasets', 'paper_plan', 'Costs', 'run_flops', 'finetune_flops', 'estimate', 'select',
+           'demo_experiments', 'demo_plan', 'protocol_ablation_plan', 'checkpoint_dir', 'pretrain_params',
+           'runnable_notebook', 'run_notebook', 'finetune_jobs', 'paper_grad_accum', 'accelerate_command', 'job_keys',
+           'job_work', 'submit_finetune_array', 'study_status', 'PretrainJob', 'pretrain_job_specs',
+           'submit_pretrain_jobs', 'finetune_params', 'torch_threads', 'launch', 'get_plan', 'measured_finetune',
+           'measured_finetune_line', 'describe', 'main']
 
 # %% ../nbs/04_study.ipynb #59d3ae7e
 @dataclass
@@ -285,12 +289,13 @@ def select(plan: StudyPlan, experiments: list[str] | None = None, sizes: list[st
     return dataclasses.replace(plan, runs=runs, evals=evals)
 
 # %% ../nbs/04_study.ipynb #a04a76dd
-DEMO_SCALE = 1 / 250
-DEMO_PRETRAIN = dict(seq_len=128, batch_size=16, grad_accum=1, lr=2e-3, data='embedded', tokenizer=None,
-                     save_every=40, log_every=4)
+DEMO_SCALE = 2 / 250
+DEMO_PRETRAIN = dict(seq_len=128, batch_size=8, grad_accum=1, lr=5e-3, data='embedded+reviews', tokenizer=None,
+                     save_every=100, log_every=10)
 # minutes, not hours, on 2 CPU cores; the protocol (final weights, no BOS, ...) stays the paper's
-DEMO_FINETUNE = dict(max_steps=20, eval_every=10, max_eval_examples=100)
-DEMO_LRS, DEMO_SEEDS = (1e-4, 1e-3), (0, 1)
+DEMO_FINETUNE = dict(batch_size=8, micro_batch_size=8, max_steps=200, eval_every=50)
+DEMO_LRS, DEMO_SEEDS = (3e-3,), (0, 1, 2)
+DEMO_INTERMEDIATE = ('corpus_names', 'corpus_speaker')   # what the intermediate checkpoints are tuned on
 
 def demo_experiments() -> dict[str, list[str]]:
     pure = ['tiny-clm-42k', 'tiny-mlm20-42k', 'tiny-mlm40-42k']
@@ -301,11 +306,13 @@ def demo_experiments() -> dict[str, list[str]]:
 
 def demo_plan(datasets: tuple | None = None, lrs: tuple = DEMO_LRS, seeds: tuple = DEMO_SEEDS,
               control: bool = True,   # also fine-tune the randomly initialised tiny model (`CONTROL`)
+              intermediate: tuple = DEMO_INTERMEDIATE,   # datasets of the intermediate checkpoints (none named: all)
              ) -> StudyPlan:
     "The paper's structure at CPU scale (see above)."
     if datasets is None:
         datasets = tuple(EMBEDDED_TASKS)
-    plan = build_plan('demo', demo_experiments(), datasets, datasets, lrs, seeds, step_scale=DEMO_SCALE,
+    inter = tuple(d for d in datasets if d in intermediate) or datasets
+    plan = build_plan('demo', demo_experiments(), datasets, inter, lrs, seeds, step_scale=DEMO_SCALE,
                       pretrain_overrides=DEMO_PRETRAIN, finetune_overrides=DEMO_FINETUNE)
     if control: plan.evals.append(EvalPoint(CONTROL, None, 0, tuple(datasets), source=CONTROL))
     return plan
@@ -599,38 +606,68 @@ def _wanted_rows(plan: StudyPlan, e: EvalPoint) -> set:
             for d in e.datasets for lr in plan.lrs for s in plan.seeds}
 
 
+@contextlib.contextmanager
+def torch_threads(n: int | None):
+    "Notebook kernels (and processes) started inside this block use `n` torch threads; None changes nothing."
+    keys = ('OMP_NUM_THREADS', 'MKL_NUM_THREADS')
+    old = {k: os.environ.get(k) for k in keys}
+    if n: os.environ.update({k: str(n) for k in keys})
+    try: yield
+    finally:
+        for k, v in old.items():
+            if v is None: os.environ.pop(k, None)
+            else: os.environ[k] = v
+
+
+def _run_item(plan: StudyPlan, root: Path, kind: str, item) -> None:
+    "Run one pretraining run or one evaluation point's fine-tuning, unless it is done or in other hands."
+    if kind == 'pretrain':
+        if (root/item.name/'done.json').is_file() or _state(run_claim_path(root, item.name), 1800) == 'running': return
+        params = dict(pretrain_params(plan, item, root), progress=False)
+        try: run_notebook('02_pretrain.ipynb', 'mlmclm.pretrain', params, root/'notebooks'/f'pretrain-{item.name}.ipynb')
+        except Exception as e:   # another worker claimed the run between our look and its start: leave it to them
+            if getattr(e, 'ename', None) != 'ClaimHeld': raise
+        return
+    if _wanted_rows(plan, item) <= _done_rows(root/'results.jsonl'): return
+    if item.source is None and not checkpoint_dir(plan, root, item.run, item.step).is_dir(): return   # still pretrained elsewhere
+    # several workers may fine-tune one checkpoint at once: each claims (task, lr, seed) runs in the store
+    helper = multiprocessing.parent_process() is not None
+    out = root/'notebooks'/f"finetune-{item.name}{f'-{os.getpid()}' if helper else ''}.ipynb"
+    run_notebook('03b_finetune.ipynb', 'mlmclm.finetune', finetune_params(plan, item, root), out)
+
+
 def launch(plan: StudyPlan,                 # what to run (`select` a part first if you like)
            root: str | Path | None = None,  # the study folder; <project>/runs/study-<preset> by default
            stages: tuple = ('pretrain', 'finetune'),
-           progress: bool = True) -> Path:
+           progress: bool = True,
+           workers: int = 1,                # fine-tuning processes side by side, one torch thread each (CPU: one per core)
+          ) -> Path:
     "Run every missing run of `plan`, parents first; returns the study folder."
     from tqdm.auto import tqdm
+    if workers < 1: raise ConfigError(f'workers={workers} must be >= 1')
     root = Path(root or project_root()/'runs'/f'study-{plan.preset}')
     root.mkdir(parents=True, exist_ok=True)
     atomic_write_text(root/'plan.json', json.dumps(dict(preset=plan.preset, counts=plan.counts(),
                                                         runs=list(plan.runs), evals=[e.name for e in plan.evals]),
                                                    indent=2) + '\n')
-    work = ([('pretrain', r) for r in plan.runs.values()] if 'pretrain' in stages else []) + \
-           ([('finetune', e) for e in plan.evals] if 'finetune' in stages else [])
-    bar = tqdm(work, desc=f'study {plan.preset}', unit='run', disable=not progress)
     seconds = dict(pretrain=0.0, finetune=0.0)
-    for kind, item in bar:
-        bar.set_postfix_str(f'{kind} {item.name}')
-        t0 = time.perf_counter()
-        if kind == 'pretrain':
-            if (root/item.name/'done.json').is_file() or _state(run_claim_path(root, item.name), 1800) == 'running': continue
-            params = dict(pretrain_params(plan, item, root), progress=False)
-            try: run_notebook('02_pretrain.ipynb', 'mlmclm.pretrain', params, root/'notebooks'/f'pretrain-{item.name}.ipynb')
-            except Exception as e:   # another worker claimed the run between our look and its start: leave it to them
-                if getattr(e, 'ename', None) != 'ClaimHeld': raise
-        else:
-            if _wanted_rows(plan, item) <= _done_rows(root/'results.jsonl'): continue
-            if item.source is None and not checkpoint_dir(plan, root, item.run, item.step).is_dir(): continue   # still pretrained elsewhere
-            run_notebook('03b_finetune.ipynb', 'mlmclm.finetune', finetune_params(plan, item, root),
-                         root/'notebooks'/f'finetune-{item.name}.ipynb')
-        seconds[kind] += time.perf_counter() - t0
-    # wall time spent in this call, per stage (runs found finished cost nothing)
-    atomic_write_text(root/'timings.json', json.dumps({k: round(v, 1) for k, v in seconds.items()}, indent=2) + '\n')
+    for kind, items in (('pretrain', list(plan.runs.values())), ('finetune', plan.evals)):
+        if kind not in stages or not items: continue
+        t0, helpers = time.perf_counter(), []
+        with torch_threads(1 if kind == 'finetune' and workers > 1 else None):
+            if kind == 'finetune':   # helpers walk the same list; the store's claims share the runs out
+                ctx = multiprocessing.get_context('spawn')
+                helpers = [ctx.Process(target=launch, args=(plan, root, ('finetune',), False)) for _ in range(workers - 1)]
+                for h in helpers: h.start()
+            for item in (bar := tqdm(items, desc=f'{kind} ({plan.preset})', unit='run', disable=not progress)):
+                bar.set_postfix_str(item.name)
+                _run_item(plan, root, kind, item)
+            for h in helpers: h.join()
+        failed = [h.exitcode for h in helpers if h.exitcode]
+        if failed: raise RuntimeError(f'{len(failed)} fine-tuning worker(s) failed (exit codes {failed}); see the notebooks in {root/"notebooks"}')
+        seconds[kind] = time.perf_counter() - t0
+    if multiprocessing.parent_process() is None:   # wall time of this call per stage (runs found finished cost nothing)
+        atomic_write_text(root/'timings.json', json.dumps({k: round(v, 1) for k, v in seconds.items()}, indent=2) + '\n')
     return root
 
 
@@ -706,6 +743,7 @@ def main(argv: list[str] | None = None) -> None:
     p_run = sub.add_parser('run', help='run what is missing, here')
     _selection_args(p_run)
     p_run.add_argument('--root', help='study folder (default runs/study-<preset>)')
+    p_run.add_argument('--workers', type=int, default=1, help='fine-tuning processes side by side, one torch thread each')
     p_slurm = sub.add_parser('slurm', help='submit the fine-tuning grid as a Slurm array, or the pretraining runs (submitit)')
     _selection_args(p_slurm)
     p_slurm.add_argument('--root', required=True); p_slurm.add_argument('--folder', required=True)
@@ -726,7 +764,7 @@ def main(argv: list[str] | None = None) -> None:
         print(describe(plan, Costs(peak_flops=args.peak_flops, mfu=args.mfu)))
     elif args.command == 'run':
         print(describe(plan, Costs()).split('compute')[0].rstrip())
-        print(f'study folder: {launch(plan, args.root)}')
+        print(f'study folder: {launch(plan, args.root, workers=args.workers)}')
     elif args.command == 'slurm' and args.what == 'pretrain':
         jobs = submit_pretrain_jobs(plan, Path(args.root), Path(args.folder), nodes=args.nodes,
                                     gpus_per_node=args.gpus_per_node, timeout_min=args.time, partition=args.partition)

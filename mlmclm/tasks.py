@@ -12,6 +12,7 @@ import re
 import string
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
@@ -21,11 +22,12 @@ from .vocab import EMBEDDED_TASKS, FAMILIES, FINETUNE, PAPER_DATASETS, PAPER_TAS
 from .data import embedded_records
 
 # %% auto #0
-__all__ = ['SPLITS', 'GLUE_COLUMNS', 'TWEET_TAGS', 'DATA_SOURCES', 'CONLL_TAGS', 'ONTONOTES_TAGS', 'UNER_TAGS', 'TASKS',
-           'split_train', 'require_columns', 'convert_glue', 'convert_tagging', 'convert_squad', 'convert_record',
-           'embedded_sentiment', 'embedded_ner', 'embedded_cloze', 'embedded_retrieval', 'squad_f1', 'squad_em',
-           'position_set_f1', 'majority_tag', 'sentence_macro_f1', 'entity_f1', 'ndcg_standard', 'ndcg_encodeval',
-           'ndcg_at_10', 'Task', 'load_task', 'resolve_tasks']
+__all__ = ['SPLITS', 'GLUE_COLUMNS', 'TWEET_TAGS', 'SPEAKER_TAG', 'WORD', 'NAME_TAGS', 'DATA_SOURCES', 'CONLL_TAGS',
+           'ONTONOTES_TAGS', 'UNER_TAGS', 'TASKS', 'split_train', 'require_columns', 'convert_glue', 'convert_tagging',
+           'convert_squad', 'convert_record', 'embedded_sentiment', 'embedded_ner', 'embedded_cloze',
+           'embedded_retrieval', 'speeches', 'name_lexicon', 'corpus_names', 'corpus_speaker', 'corpus_excerpt',
+           'squad_f1', 'squad_em', 'position_set_f1', 'majority_tag', 'sentence_macro_f1', 'entity_f1', 'ndcg_standard',
+           'ndcg_encodeval', 'ndcg_at_10', 'Task', 'load_task', 'resolve_tasks']
 
 # %% ../nbs/03_tasks.ipynb #bdc7c274
 SPLITS = ('train', 'validation', 'test')
@@ -159,6 +161,121 @@ def embedded_retrieval() -> dict:
         return dict(queries={r['qid']: r['query'] for r in rows}, corpus=corpus, qrels={r['qid']: {r['did']: 1} for r in rows})
     return dict(train=[dict(query=r['query'], positive=r['positive']) for r in parts['train']],
                 validation=as_eval(parts['validation']), test=as_eval(parts['test']))
+
+# %% ../nbs/03_tasks.ipynb #2595534e
+SPEAKER_TAG = re.compile(r"[A-Z][A-Z'&,. -]*[A-Z]\.")   # a line that is only a speaker tag, e.g. "FIRST MURDERER."
+WORD = re.compile(r"[A-Za-z]+(?:'[A-Za-z]+)*|[^\sA-Za-z]")   # words (with inner apostrophes) and single symbols
+NAME_TAGS = ('O', 'B-NAME', 'I-NAME', 'B-SPK', 'I-SPK')
+
+
+def speeches(text: str) -> list[dict]:
+    "A document's speeches, `{'speaker': 'CHARMIAN', 'lines': [...]}`; a stage direction is a speech whose speaker is None."
+    out, cur = [], None
+    for line in (raw.strip() for raw in text.split('\n')):
+        if not line: continue
+        if SPEAKER_TAG.fullmatch(line): cur = dict(speaker=line[:-1], lines=[]); out.append(cur)
+        elif line.startswith('['): out.append(dict(speaker=None, lines=[line])); cur = None
+        elif cur is not None: cur['lines'].append(line)
+    return [s for s in out if s['lines']]
+
+
+@lru_cache(maxsize=1)
+def _scenes() -> tuple[dict, ...]:
+    "Held-out documents with dialogue, each with its split (70/15/15 of the documents, seeded) and its speeches."
+    recs = embedded_records('heldout')
+    rank = np.empty(len(recs), int); rank[np.random.default_rng(42).permutation(len(recs))] = np.arange(len(recs))
+    split = lambda r: 'train' if r < round(0.7 * len(recs)) else 'validation' if r < round(0.85 * len(recs)) else 'test'
+    docs = [dict(title=rec['title'], split=split(r), speeches=speeches(rec['text'])) for rec, r in zip(recs, rank)]
+    return tuple(d for d in docs if any(sp['speaker'] for sp in d['speeches']))
+
+
+def _base(word: str) -> str: return word.split("'")[0]   # "Cleopatra's" -> "Cleopatra"
+
+
+@lru_cache(maxsize=1)
+def name_lexicon() -> frozenset:
+    "Proper names of the held-out dialogue (see above)."
+    lower = {w for r in embedded_records('heldout') for w in re.findall(r'[a-z]+', r['text'])}
+    names = set()
+    for sp in (sp for d in _scenes() for sp in d['speeches'] if sp['speaker']):
+        for line in sp['lines']:
+            ws = WORD.findall(line)
+            names |= {_base(w) for prev, w in zip(ws, ws[1:])
+                      if len(_base(w)) > 2 and _base(w).istitle() and _base(w).lower() not in lower and prev not in '.!?:;'}
+    return frozenset(names)
+
+
+def _speech_words(sp: dict, names: frozenset) -> tuple[list[str], list[str]]:
+    "A speech as words and tags: its speaker tag (`SPK`) and ' .', then its lines with their proper names (`NAME`)."
+    tag = WORD.findall(sp['speaker'])
+    words, tags = tag + ['.'], ['B-SPK'] + ['I-SPK'] * (len(tag) - 1) + ['O']
+    for line in sp['lines']:
+        ws = WORD.findall(line)
+        words += ws; tags += ['B-NAME' if _base(w) in names and len(_base(w)) > 2 else 'O' for w in ws]
+    return words, tags
+
+
+def corpus_names(max_words: int = 32) -> dict:
+    "Stand-in TC: speaker tags and proper names in windows of consecutive speeches (see above)."
+    names, rows = name_lexicon(), []
+    for d in _scenes():
+        words, tags = [], []
+        for sp in (sp for sp in d['speeches'] if sp['speaker']):
+            w, t = _speech_words(sp, names)
+            if words and len(words) + len(w) > max_words:
+                rows.append(dict(tokens=words, tags=tags, split=d['split'])); words, tags = [], []
+            words += w[:max_words]; tags += t[:max_words]
+        if words: rows.append(dict(tokens=words, tags=tags, split=d['split']))
+    for r in rows: r['tags'] = [NAME_TAGS.index(t) for t in r['tags']]
+    return _by_split(rows)
+
+
+def _render(speech_list: list[dict]) -> str:
+    return '\n\n'.join('\n'.join(([sp['speaker'] + '.'] if sp['speaker'] else []) + sp['lines']) for sp in speech_list)
+
+
+def corpus_speaker(window: int = 3, max_lines: int = 2, min_words: int = 4, per_speech: int = 2) -> dict:
+    """Stand-in QA: 'Who says: <line>' over `window` consecutive speeches (each cut to `max_lines` lines); the answer
+    is the speaker tag of the speech holding the line."""
+    rows = []
+    for d in _scenes():
+        sps = [dict(sp, lines=sp['lines'][:max_lines]) for sp in d['speeches']]
+        for i, sp in enumerate(sps):
+            lines = [l for l in sp['lines'] if len(l.split()) >= min_words] if sp['speaker'] else []
+            lo = max(0, min(i - window // 2, len(sps) - window))
+            shown = sps[lo:lo + window]
+            if not lines or len({s['speaker'] for s in shown if s['speaker']}) < 2: continue
+            start = len(_render(shown[:i - lo])) + (2 if i > lo else 0)   # where this speech's tag begins
+            rows += [dict(question=f'Who says: {line}', context=_render(shown), split=d['split'],
+                          answers=dict(text=[sp['speaker']], answer_start=[start])) for line in lines[:per_speech]]
+    return _by_split(rows)
+
+
+def _scene_passages(d: dict, max_words: int = 60) -> list[str]:
+    "A document's speeches grouped into passages of about `max_words` words (a speech is never split)."
+    out, cur, n = [], [], 0
+    for sp in d['speeches']:
+        k = sum(len(l.split()) for l in sp['lines'])
+        if cur and n + k > max_words: out.append(_render(cur)); cur, n = [], 0
+        cur.append(sp); n += k
+    return out + ([_render(cur)] if cur else [])
+
+
+def corpus_excerpt(max_words: int = 60, min_words: int = 6, train_queries: int = 3) -> dict:
+    "Stand-in IR: a verbatim line retrieves its passage among the passages of the evaluated documents."
+    train, evals = [], dict(validation=[], test=[])
+    for di, d in enumerate(_scenes()):
+        for pi, p in enumerate(_scene_passages(d, max_words)):
+            lines = [l for l in p.split('\n') if len(l.split()) >= min_words and not SPEAKER_TAG.fullmatch(l) and l[0] != '[']
+            ranked = sorted(lines, key=lambda l: (-len(l.split()), l))
+            if not ranked: continue
+            if d['split'] == 'train': train += [dict(query=q, positive=p) for q in ranked[:train_queries]]
+            else: evals[d['split']].append(dict(qid=f'q{di}-{pi}', did=f'd{di}-{pi}', query=ranked[0], positive=p))
+    def as_eval(rows):
+        return dict(queries={r['qid']: r['query'] for r in rows}, corpus={r['did']: r['positive'] for r in rows},
+                    qrels={r['qid']: {r['did']: 1} for r in rows})
+    order = np.random.default_rng(42).permutation(len(train))   # mix documents within a training batch
+    return dict(train=[train[i] for i in order], validation=as_eval(evals['validation']), test=as_eval(evals['test']))
 
 # %% ../nbs/03_tasks.ipynb #6071a0e2
 def _normalize(s: str) -> str:
@@ -431,8 +548,12 @@ TASKS: dict[str, Task] = {t.name: t for t in [
          canonical=_mteb_retrieval('mteb/nq', 'test', halve=True)),
     Task('mldr_en', 'IR', 'embedding', _mldr_en, train_on='msmarco_pairs',
          canonical=_mteb_retrieval('mteb/MultiLongDocRetrieval', 'test', valid_split='dev', lang='en')),
-    # embedded (offline) tasks, one per family; QA and IR are stand-ins built from the corpus
+    # embedded (offline) tasks: the demo's four (`EMBEDDED_TASKS`: sentiment and three stand-ins from held-out
+    # Shakespeare), then the earlier stand-ins, kept for comparison
     Task('rt_sentiment', 'SC', 'sequence', embedded_sentiment, ('rotten', 'fresh'), max_length=128),
+    Task('corpus_names', 'TC', 'token', corpus_names, NAME_TAGS, max_length=128),
+    Task('corpus_speaker', 'QA', 'span', corpus_speaker, max_length=192),
+    Task('corpus_excerpt', 'IR', 'embedding', corpus_excerpt, max_length=128),
     Task('tweet_ner', 'TC', 'token', embedded_ner, tuple(TWEET_TAGS), max_length=128),
     Task('corpus_cloze', 'QA', 'span', embedded_cloze, max_length=192),
     Task('corpus_retrieval', 'IR', 'embedding', embedded_retrieval, max_length=128),

