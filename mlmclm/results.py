@@ -93,11 +93,25 @@ def row_problem(row: dict) -> str | None:
 
 def _line_no(problem: str) -> int: return int(problem.split()[1].rstrip(':'))
 
+def _read_row_files(store) -> list[tuple[Path, list, list]]:
+    """(file, rows, problems) of every row file, read as one consistent view. A `compact` may move a shard into
+    `compacting/` and merge it into the main file between our listing and our reading; a listed shard that is gone
+    when read means exactly that, so the store is read again (its rows are then in `compacting/` or the main file)."""
+    for _ in range(100):
+        files, vanished = [], False
+        for f in _row_files(store):
+            rows, bad = jsonl_rows(f)
+            if not rows and not bad and f != Path(store) and not f.exists(): vanished = True; break
+            files.append((f, rows, bad))
+        if not vanished: return files
+        time.sleep(0.01)
+    raise RuntimeError(f'{store}: its shards kept moving while being read (100 tries); is a compaction looping?')
+
+
 def scan_store(store: str | Path) -> tuple[list[dict], dict]:
     "(every complete row, earliest written first; {file: ['line N: why', ...]} for the lines that are not rows)."
     found, problems = [], {}
-    for f in _row_files(store):
-        rows, bad = jsonl_rows(f)
+    for f, rows, bad in _read_row_files(store):
         for line, row in rows:
             if any(k.startswith('_') for k in row): continue             # a shard's header or closing line
             why = row_problem(row)
