@@ -10,13 +10,7 @@ from mlmclm.model import TaskModel, load
 from mlmclm.tasks import TASKS
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    "The tiny model trains faster on one thread, and a shared CI box is not oversubscribed."
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
 
 
 def test_a_failed_run_leaves_no_row_and_the_sweep_resumes(monkeypatch, tmp_path):

@@ -15,13 +15,7 @@ LENGTHS = (5, 9, 3, 7, 2, 8, 6, 4)
 HEADS = [('sequence', p) for p in POOLINGS] + [('embedding', p) for p in POOLINGS] + [('token', 'mean'), ('span', 'mean')]
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    "Tiny models run faster on one thread, and a shared CI box is not oversubscribed."
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
 
 
 def _features(kind: str, lengths=LENGTHS, seed: int = 0) -> list[dict]:
