@@ -62,28 +62,25 @@ def reviews_path() -> Path:
     return assets_dir()/'corpus'/'reviews.jsonl.xz'
 
 # %% ../nbs/01a_data.ipynb #efe7a9ca
-@lru_cache(maxsize=1)
-def _corpus_rows() -> tuple[dict, ...]:
-    with lzma.open(corpus_path(), 'rt', encoding='utf-8') as f: return tuple(json.loads(l) for l in f)
+@lru_cache(maxsize=2)
+def _shipped_rows(path: Path) -> tuple[dict, ...]:
+    "The rows of a shipped xz JSON-lines file (the corpus, the reviews), read once per process."
+    with lzma.open(path, 'rt', encoding='utf-8') as f: return tuple(json.loads(l) for l in f)
 
 def embedded_records(split: str = 'train'  # 'train' (pretraining), 'heldout' (fine-tuning stand-ins) or 'all'
                     ) -> list[dict]:
     "The shipped corpus rows of `split`, in file order, as dicts with `title`, `work`, `text`, `split`."
     if split not in SPLITS: raise ConfigError(f'split={split!r} is not one of {SPLITS}')
-    return [dict(r) for r in _corpus_rows() if split == 'all' or r['split'] == split]
+    return [dict(r) for r in _shipped_rows(corpus_path()) if split == 'all' or r['split'] == split]
 
 def embedded_documents(split: str = 'train'  # 'train', 'heldout' or 'all'
                       ) -> list[str]:
     "The texts of the shipped corpus rows of `split`."
     return [r['text'] for r in embedded_records(split)]
 
-@lru_cache(maxsize=1)
-def _review_rows() -> tuple[dict, ...]:
-    with lzma.open(reviews_path(), 'rt', encoding='utf-8') as f: return tuple(json.loads(l) for l in f)
-
 def review_documents() -> list[str]:
     "The texts of the shipped review documents (pretraining text only: nothing of them is held out)."
-    return [r['text'] for r in _review_rows()]
+    return [r['text'] for r in _shipped_rows(reviews_path())]
 
 # %% ../nbs/01a_data.ipynb #268ff2ae
 LLAMA3_SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .core import assets_dir, atomic_path, atomic_write_text, project_root, read_jsonl
+from .core import assets_dir, atomic_path, atomic_write_text, project_root, read_json, read_jsonl
 from .vocab import (ADAMW, CONTROL, E3_STEPS, FAMILIES, FULL_BUDGET, PRETRAIN, PROTOCOL, RATIOS, SIZE_ORDER,
                           describe_checkpoint, parse_run_name)
 from .results import (DEFAULT_SELECTION, PROTOCOL_AXES, SELECTIONS, aggregate, diff_interval, family_scores,
@@ -566,7 +566,7 @@ def unigram_entropy(ids: np.ndarray) -> float:
 
 def _study_data(study_dir: str | Path) -> str:
     "The one pretraining data source of a study folder's runs (their `run.json`)."
-    found = {json.loads(f.read_text())['config']['data'] for f in Path(study_dir).glob('*/run.json')}
+    found = {read_json(f)['config']['data'] for f in Path(study_dir).glob('*/run.json')}
     if len(found) != 1: raise ValueError(f'{study_dir}: its runs read {sorted(found) or "nothing"}; expected one source')
     return found.pop()
 

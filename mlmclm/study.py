@@ -619,7 +619,9 @@ def torch_threads(n: int | None):
             else: os.environ[k] = v
 
 
-def _run_item(plan: StudyPlan, root: Path, kind: str, item) -> None:
+def _run_item(plan: StudyPlan, root: Path, kind: str, item,
+              tag: str = '',   # appended to the executed notebook's name (a helper's: its process id)
+             ) -> None:
     "Run one pretraining run or one evaluation point's fine-tuning, unless it is done or in other hands."
     if kind == 'pretrain':
         if (root/item.name/'done.json').is_file() or _state(run_claim_path(root, item.name), 1800) == 'running': return
@@ -631,9 +633,21 @@ def _run_item(plan: StudyPlan, root: Path, kind: str, item) -> None:
     if _wanted_rows(plan, item) <= _done_rows(root/'results.jsonl'): return
     if item.source is None and not checkpoint_dir(plan, root, item.run, item.step).is_dir(): return   # still pretrained elsewhere
     # several workers may fine-tune one checkpoint at once: each claims (task, lr, seed) runs in the store
-    helper = multiprocessing.parent_process() is not None
-    out = root/'notebooks'/f"finetune-{item.name}{f'-{os.getpid()}' if helper else ''}.ipynb"
-    run_notebook('03b_finetune.ipynb', 'mlmclm.finetune', finetune_params(plan, item, root), out)
+    run_notebook('03b_finetune.ipynb', 'mlmclm.finetune', finetune_params(plan, item, root),
+                 root/'notebooks'/f'finetune-{item.name}{tag}.ipynb')
+
+
+def _walk(plan: StudyPlan, root: Path, kind: str, items: list, progress: bool, tag: str = '') -> None:
+    "`_run_item` on each of `items` in order, with a progress bar."
+    from tqdm.auto import tqdm
+    for item in (bar := tqdm(items, desc=f'{kind} ({plan.preset})', unit='run', disable=not progress)):
+        bar.set_postfix_str(item.name)
+        _run_item(plan, root, kind, item, tag)
+
+
+def _finetune_helper(plan: StudyPlan, root: Path) -> None:
+    "A spawned worker of `launch`: walks the evaluation points quietly (the store's claims share the runs out)."
+    _walk(plan, root, 'finetune', plan.evals, progress=False, tag=f'-{os.getpid()}')
 
 
 def launch(plan: StudyPlan,                 # what to run (`select` a part first if you like)
@@ -643,7 +657,6 @@ def launch(plan: StudyPlan,                 # what to run (`select` a part first
            workers: int = 1,                # fine-tuning processes side by side, one torch thread each (CPU: one per core)
           ) -> Path:
     "Run every missing run of `plan`, parents first; returns the study folder."
-    from tqdm.auto import tqdm
     if workers < 1: raise ConfigError(f'workers={workers} must be >= 1')
     root = Path(root or project_root()/'runs'/f'study-{plan.preset}')
     root.mkdir(parents=True, exist_ok=True)
@@ -655,19 +668,17 @@ def launch(plan: StudyPlan,                 # what to run (`select` a part first
         if kind not in stages or not items: continue
         t0, helpers = time.perf_counter(), []
         with torch_threads(1 if kind == 'finetune' and workers > 1 else None):
-            if kind == 'finetune':   # helpers walk the same list; the store's claims share the runs out
+            if kind == 'finetune':
                 ctx = multiprocessing.get_context('spawn')
-                helpers = [ctx.Process(target=launch, args=(plan, root, ('finetune',), False)) for _ in range(workers - 1)]
+                helpers = [ctx.Process(target=_finetune_helper, args=(plan, root)) for _ in range(workers - 1)]
                 for h in helpers: h.start()
-            for item in (bar := tqdm(items, desc=f'{kind} ({plan.preset})', unit='run', disable=not progress)):
-                bar.set_postfix_str(item.name)
-                _run_item(plan, root, kind, item)
+            _walk(plan, root, kind, items, progress)
             for h in helpers: h.join()
         failed = [h.exitcode for h in helpers if h.exitcode]
         if failed: raise RuntimeError(f'{len(failed)} fine-tuning worker(s) failed (exit codes {failed}); see the notebooks in {root/"notebooks"}')
         seconds[kind] = time.perf_counter() - t0
-    if multiprocessing.parent_process() is None:   # wall time of this call per stage (runs found finished cost nothing)
-        atomic_write_text(root/'timings.json', json.dumps({k: round(v, 1) for k, v in seconds.items()}, indent=2) + '\n')
+    # wall time of this call per stage (runs found finished cost nothing)
+    atomic_write_text(root/'timings.json', json.dumps({k: round(v, 1) for k, v in seconds.items()}, indent=2) + '\n')
     return root
 
 
