@@ -5,10 +5,12 @@
 # %% ../nbs/00_core.ipynb #fea8e7f8
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import os
 import platform
 import random
@@ -24,16 +26,18 @@ import uuid
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 # %% auto #0
-__all__ = ['HOST', 'package_dir', 'project_root', 'assets_dir', 'seed_everything', 'pick_device', 'pick_dtype', 'new_file_mode',
-           'atomic_path', 'atomic_write_text', 'to_json', 'atomic_write_json', 'read_json', 'WriteError',
-           'append_lines', 'append_jsonl', 'jsonl_rows', 'warn_lines', 'read_jsonl', 'ClaimHeld', 'this_process',
-           'owner_alive', 'fs_now', 'utc_now', 'claim_state', 'Claim', 'try_claim', 'claim', 'run_claim_path',
-           'ConfigError', 'param', 'check_field', 'build_config', 'config_help', 'notebook_parameters', 'git_commit',
-           'environment_info', 'config_hash', 'run_dir', 'write_run_record']
+__all__ = ['HOST', 'LEASE_S', 'package_dir', 'project_root', 'assets_dir', 'seed_everything', 'pick_device', 'pick_dtype',
+           'new_file_mode', 'atomic_path', 'atomic_write_text', 'to_json', 'atomic_write_json', 'read_json',
+           'WriteError', 'append_lines', 'append_jsonl', 'jsonl_rows', 'warn_lines', 'read_jsonl', 'ClaimHeld',
+           'this_process', 'owner_alive', 'fs_now', 'utc_now', 'claim_state', 'Claim', 'try_claim', 'claim',
+           'ConfigError', 'param', 'check_field', 'build_config', 'config_help', 'injected_parameters',
+           'notebook_config', 'parameters_source', 'git_commit', 'environment_info', 'config_hash', 'run_dir',
+           'write_run_record']
 
 # %% ../nbs/00_core.ipynb #1a8a82f0
 def package_dir() -> Path:
@@ -203,6 +207,7 @@ class ClaimHeld(RuntimeError):
     "Another live worker holds the claim; the message says who and since when."
 
 HOST = socket.gethostname()
+LEASE_S = 1800.0   # seconds a claim's owner on another host may stay silent before its work is taken over
 
 def _pid_start(pid: int) -> str | None:
     "When `pid` started (clock ticks since boot, Linux), to tell a process from a later one that reuses its pid."
@@ -315,7 +320,7 @@ class Claim:
 
 
 def try_claim(path: str | Path,    # the claim file (its folder is created)
-              lease_s: float = 1800.0,  # an owner on another host silent this long is taken as gone
+              lease_s: float = LEASE_S,  # an owner on another host silent this long is taken as gone
               note: str = '',      # what is claimed, for people reading the file
              ) -> Claim | None:
     "Claim the work named by `path` atomically (taking over a stale claim); None if a live worker holds it."
@@ -331,7 +336,7 @@ def try_claim(path: str | Path,    # the claim file (its folder is created)
 
 
 @contextmanager
-def claim(path: str | Path, lease_s: float = 1800.0, note: str = ''):
+def claim(path: str | Path, lease_s: float = LEASE_S, note: str = ''):
     "Hold the claim at `path` for the block; raises `ClaimHeld` (naming the holder) if a live worker has it."
     held = try_claim(path, lease_s, note)
     if held is None:
@@ -341,11 +346,6 @@ def claim(path: str | Path, lease_s: float = 1800.0, note: str = ''):
                         f'(or silent for {lease_s:g} s on another host)')
     try: yield held
     finally: held.release()
-
-
-def run_claim_path(out_dir: str | Path, run_id: str) -> Path:
-    "The claim file of pretraining run `run_id` under `out_dir` (what `python -m mlmclm.study status` reads)."
-    return Path(out_dir)/'.claims'/f'{run_id}.claim'
 
 # %% ../nbs/00_core.ipynb #f298c492
 class ConfigError(ValueError):
@@ -385,6 +385,7 @@ def check_field(name: str, value, meta: dict) -> None:
     "Raise `ConfigError` if `value` breaks the `choices`/`low`/`high` of a `param` field."
     choices, low, high = meta.get('choices'), meta.get('low'), meta.get('high')
     if value is None: return
+    if isinstance(value, float) and not math.isfinite(value): raise ConfigError(f'{name}={value} is not a finite number')
     if choices is not None and value not in choices:
         raise ConfigError(f'{name}={value!r} is not allowed; choose one of {list(choices)}')
     too_low = low is not None and (value <= low if meta.get('low_open') else value < low)
@@ -422,13 +423,46 @@ def config_help(cls) -> str:
     return '\n'.join(lines)
 
 # %% ../nbs/00_core.ipynb #4701fff1
-def notebook_parameters(namespace: dict,  # the notebook's globals() after the parameters (and injected) cells
-                        before: set,      # the names that existed before the parameters cell
-                        cls,              # the dataclass config the notebook launches
-                       ):
-    "The checked `cls` config from the variables a parameters cell (and papermill) defined."
-    values = {k: v for k, v in namespace.items() if k not in before and not k.startswith('_')}
+def injected_parameters(namespace: dict,  # the notebook's globals()
+                       ) -> dict:
+    """The parameters papermill passed to this kernel: what its injected cell (source `# Parameters ...`, the latest
+    one in IPython's input history `In`) assigned; {} when the notebook runs without papermill."""
+    for source in reversed(namespace.get('In') or []):
+        if isinstance(source, str) and source.startswith('# Parameters\n'):
+            names = [t.id for node in ast.parse(source).body if isinstance(node, ast.Assign)
+                     for t in node.targets if isinstance(t, ast.Name)]
+            return {k: namespace[k] for k in names if k in namespace}
+    return {}
+
+
+def notebook_config(cls,               # the dataclass config the notebook launches
+                    namespace: dict,   # the notebook's globals() after the parameters (and injected) cells
+                    preset: Callable[[str | None], dict] = lambda name: {},  # a preset's name -> its values
+                   ):
+    """The checked `cls` config a launcher notebook asks for: its `preset`'s values, then every field the parameters
+    cell sets off the config's default, then every parameter papermill passed (unknown names are errors)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    injected = injected_parameters(namespace)
+    values = dict(preset(namespace.get('preset')))
+    values.update({k: namespace[k] for k, d in defaults.items() if k in namespace and namespace[k] != d})
+    values.update({k: v for k, v in injected.items() if k != 'preset'})
     return build_config(cls, values)
+
+
+def _short_help(f) -> str:
+    "A field's help on one line of a parameters cell: no `=` (papermill's parser skips such lines), choices listed."
+    help, choices = f.metadata.get('help', ''), f.metadata.get('choices')
+    if choices is not None: help = help.split(': ')[0] + ': ' + ' | '.join(map(str, choices))
+    return help.replace('=', ' is ')
+
+
+def parameters_source(cls,              # the dataclass config
+                      preset: str = '', # the first line: the `preset` parameter and what it accepts
+                     ) -> str:
+    "The `parameters` cell of a notebook that launches `cls`: `preset`, then each field at its default with its help."
+    rows = [(f'{f.name} = {f.default!r}', _short_help(f)) for f in dataclasses.fields(cls)]
+    width = max(len(a) for a, _ in rows)
+    return '\n'.join(([preset] if preset else []) + [f'{a:<{width}}  # {h}'.rstrip(' #') for a, h in rows])
 
 # %% ../nbs/00_core.ipynb #060ecd45
 def git_commit(root: str | Path | None = None) -> dict:

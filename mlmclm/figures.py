@@ -252,7 +252,7 @@ def paper_flops_per_step(size: str,  # a model size of `mlmclm.model.MODEL_SIZES
     from mlmclm.model import model_config            # torch is imported only when this variant is drawn
     from mlmclm.objectives import flops_per_token
     per_token = flops_per_token(model_config(size), PRETRAIN.seq_len, 'mlm' if kind == 'mlm' else 'clm', mask_ratio)
-    return PRETRAIN.rows_per_step * PRETRAIN.seq_len * per_token
+    return PRETRAIN.global_batch * PRETRAIN.seq_len * per_token
 
 # %% ../nbs/05_figures.ipynb #c032b2f5
 def fig_lr_stability(curves: pd.DataFrame, scale: str):
@@ -466,7 +466,7 @@ def hyperparameter_table() -> pd.DataFrame:
     rows = [('pretraining', 'optimizer', str(ADAMW)),
             ('pretraining', 'peak learning rate', r.lr),
             ('pretraining', 'schedule', f"WSD: {r.warmup_steps} warmup, constant, {r.decay_steps} linear decay"),
-            ('pretraining', 'batch', f"{r.batch_size} x {r.grad_accum} x {r.gpus} GPUs = {r.rows_per_step:,} sequences of {r.seq_len} tokens"),
+            ('pretraining', 'batch', f"{r.batch_size} x {r.grad_accum} x {r.gpus} GPUs = {r.global_batch:,} sequences of {r.seq_len} tokens"),
             ('pretraining', 'steps', '42,000 (12,000 and 22,000 for shorter budgets)'),
             ('pretraining', 'masking', f"{'/'.join(map(str, RATIOS))}% of non-special tokens, all replaced by <|mask|>"),
             ('pretraining', 'CPT schedule (our choice)', f'{r.cpt_warmup_steps} warmup, constant, {r.cpt_decay_steps} decay'),

@@ -24,24 +24,26 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .core import (ConfigError, append_jsonl, atomic_path, atomic_write_json, build_config, config_hash, param,
-                         pick_device, pick_dtype, project_root, read_json, read_jsonl, seed_everything)
+from .core import (LEASE_S, ConfigError, append_jsonl, atomic_path, atomic_write_json, config_hash, pick_device,
+                         pick_dtype, project_root, read_json, read_jsonl, seed_everything, write_run_record)
 from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL
+from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir
 from .model import TaskModel, build_model, check_checkpoint, default_backend, load, save
 from .data import _tokenizer_sha, load_tokenizer
 from .objectives import adamw
 from .packing import batch_backward, collate_packed, collate_padded, micro_batches, unpack_examples, unpack_tokens
 from .tasks import (SPLITS, TASKS, Task, entity_f1, load_task, majority_tag, ndcg_encodeval, ndcg_standard,
                           position_set_f1, resolve_tasks, sentence_macro_f1, squad_em, squad_f1)
-from .results import load_results, family_scores
+from .results import (StoreWriter, check_checkpoint_name, check_store_path, checkpoint_identity, code_version,
+                            current_rows, family_scores, load_results, missing, read_rows)
 
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'TOKENS_PER_GIB', 'KINDS', 'ST_POOLING', 'wrap', 'encode_sequence', 'word_of_tokens',
-           'encode_tokens', 'encode_answer_tokens', 'encode_spans', 'encode_texts', 'FinetuneConfig',
-           'check_finetune_config', 'resolve_precision', 'train_steps', 'warmup_steps', 'token_budget', 'packed_layout',
-           'examples_fingerprint', 'feature_cache_dir', 'cached_features', 'encode_pairs', 'RunContext', 'encoders_sha',
-           'HeadKind', 'head_kind', 'evaluate', 'cap_eval', 'task_model', 'finetune_run', 'st_tokenizer',
-           'save_sentence_transformer', 'finetune_sweep']
+           'encode_tokens', 'encode_answer_tokens', 'encode_spans', 'encode_texts', 'check_finetune_config',
+           'resolve_precision', 'train_steps', 'warmup_steps', 'token_budget', 'packed_layout', 'examples_fingerprint',
+           'feature_cache_dir', 'cached_features', 'encode_pairs', 'RunContext', 'encoders_sha', 'HeadKind',
+           'head_kind', 'evaluate', 'cap_eval', 'task_model', 'finetune_run', 'st_tokenizer',
+           'save_sentence_transformer', 'recorded_name', 'finetune_sweep']
 
 # %% ../nbs/03b_finetune.ipynb #8d3c5f88
 SPECIAL_TOKENS = FINETUNE_OPTIONS['special_tokens'].choices
@@ -168,71 +170,15 @@ def encode_texts(texts, tok, max_length: int, prefix: str, special_tokens: str =
     return [dict(input_ids=wrap(tok, _ids(tok, prefix + t), max_length, special_tokens)) for t in texts]
 
 # %% ../nbs/03b_finetune.ipynb #0ed99b09
-def _option(name: str, what: str):
-    "A `FinetuneConfig` field for protocol option `name` (default, choices and meanings from `FINETUNE_OPTIONS`)."
-    o = FINETUNE_OPTIONS[name]
-    return param(o.default, f"{what}: " + '; '.join(f"'{k}' = {v}" for k, v in o.meanings.items()), choices=o.choices)
-
-
-@dataclass
-class FinetuneConfig:
-    checkpoint: str = param('tiny-random', "checkpoint folder or hub id; 'tiny-random' builds a fresh tiny model")
-    checkpoint_name: str | None = param(None, 'name recorded in the results (default: derived from the folder)')
-    tasks: str = param('embedded', "'all', 'embedded', a family, task names, or a comma list")
-    lrs: str = param('1e-4,1e-3', 'comma list of learning rates (paper: 1e-5,2e-5,5e-5,1e-4,2e-4,5e-4)')
-    seeds: str = param('0', 'comma list of seeds (paper: 0,1,2,3,4)')
-    max_steps: int | None = param(None, 'cap on training steps (quick runs); None: the protocol (min(1000, one epoch), '
-                                        'one epoch for conll2003_en and uner_en)', low=1)
-    batch_size: int = param(FINETUNE.batch_size, 'effective batch size', low=1)
-    micro_batch_size: int = param(FINETUNE.batch_size, 'at most this many examples per forward pass (accumulate up to '
-                                                       'batch_size)', low=1)
-    packing: bool = param(True, "pack each forward pass's examples into rows, attention within each example; False: "
-                                "pad them to the longest, one per row (as the authors' DataCollatorWithPadding)")
-    micro_batch_tokens: int | None = param(None, 'packed: at most this many tokens per forward pass (None: '
-                                                 '`token_budget` of the device)', low=8)
-    feature_cache: str | None = param(None, "folder of tokenized tasks that runs and a node's jobs share (None: "
-                                            "$MLMCLM_FEATURE_CACHE, else 'features' beside the results store); 'off': none")
-    select_step: str = _option('select_step', 'which weights are tested')
-    eval_every: int = param(FINETUNE.eval_every, "validation interval in steps (select_step='best' only)", low=1)
-    max_eval_examples: int | None = param(None, 'cap on validation/test examples (quick runs)', low=1)
-    max_length: int | None = param(None, f"token limit (default: the task's, {FINETUNE.max_length} for the paper's)", low=8)
-    precision: str = _option('precision', 'number format of training')
-    attention: str = _option('attention', 'attention while fine-tuning')
-    pooling: str = _option('pooling', 'how sequence classification and retrieval pool the tokens')
-    data_source: str = _option('data_source', 'where the paper datasets come from')
-    special_tokens: str = _option('special_tokens', 'special tokens of every input')
-    tc_mode: str = _option('tc_mode', 'token classification labels and score')
-    qa_mode: str = _option('qa_mode', 'question answering head and score')
-    ndcg_mode: str = _option('ndcg_mode', 'the retrieval score')
-    warmup: str = _option('warmup', 'warmup steps')
-    results: str | None = param(None, 'results store (JSON lines); <project>/runs/finetune/results.jsonl by default')
-    save_retriever: str | None = param(None, 'folder to save trained retrievers as SentenceTransformer models')
-    device: str | None = param(None, "'cpu', 'cuda', ...; None picks")
-    progress: bool = param(True, 'show a progress bar')
-
-
-def _floats(text: str, name: str) -> list[float]:
-    try: vals = [float(x) for x in str(text).split(',') if x.strip()]
-    except ValueError: raise ConfigError(f'{name}={text!r} must be a comma list of numbers')
-    if not vals: raise ConfigError(f'{name}={text!r} is empty; give at least one value')
-    if name == 'lrs' and min(vals) <= 0: raise ConfigError(f'lrs={text!r}: learning rates must be > 0')
-    return vals
-
-
 def check_finetune_config(cfg: FinetuneConfig) -> tuple[list[str], list[float], list[int]]:
-    "Everything that can be checked before any model or data is loaded."
-    from mlmclm.results import check_store_path
+    "Everything that can be checked before any model or data is loaded; returns the tasks, learning rates and seeds."
     tasks = resolve_tasks(cfg.tasks)
-    lrs, seeds = _floats(cfg.lrs, 'lrs'), _floats(cfg.seeds, 'seeds')
-    if not np.isfinite(lrs).all():
-        raise ConfigError(f'lrs={cfg.lrs!r} holds a value that is not a finite number; allowed: learning rates > 0, e.g. 1e-4,1e-3')
-    if not all(np.isfinite(s) and s == int(s) and s >= 0 for s in seeds):
-        raise ConfigError(f'seeds={cfg.seeds!r}: seeds must be whole numbers >= 0, e.g. 0,1,2')
+    lrs, seeds = finetune_grid(cfg)
     if cfg.results is not None: check_store_path(cfg.results)
     if cfg.checkpoint != 'tiny-random': check_checkpoint(cfg.checkpoint)
     if cfg.batch_size % cfg.micro_batch_size:
         raise ConfigError(f'batch_size={cfg.batch_size} must be a multiple of micro_batch_size={cfg.micro_batch_size}')
-    return tasks, lrs, [int(s) for s in seeds]
+    return tasks, lrs, seeds
 
 
 def resolve_precision(precision: str, device) -> str:
@@ -670,7 +616,7 @@ def _checkpoint_meta(cfg: FinetuneConfig) -> dict:
     return {f'pretrain_{k}': meta.get(k) for k in keep if k in meta}
 
 
-def _default_name(cfg: FinetuneConfig) -> str:
+def recorded_name(cfg: FinetuneConfig) -> str:
     "The checkpoint's name in the results: the one given, else its pretraining run and step (each checkpoint its own)."
     if cfg.checkpoint_name: return cfg.checkpoint_name
     folder = Path(cfg.checkpoint)
@@ -679,48 +625,47 @@ def _default_name(cfg: FinetuneConfig) -> str:
     return f"{meta['run_id']}-step-{meta['step']}" if meta.get('step') is not None else f"{meta['run_id']}-{folder.name}"
 
 
-def _trainings(tasks: list[str]) -> dict:
-    "Training task -> the tasks it is evaluated on; IR evaluation sets that share a training set share one run."
-    trainings = {}
-    for t in tasks: trainings.setdefault(TASKS[t].train_on or t, []).append(TASKS[t])
-    return trainings
+def _base_model(cfg: FinetuneConfig):
+    "The checkpoint and its tokenizer, refused if any weight is not finite."
+    base, tok = _load_base(cfg)
+    bad = [n for n, p in base.named_parameters() if not torch.isfinite(p).all()]
+    if bad: raise ConfigError(f'checkpoint={cfg.checkpoint!r} has weights that are not finite ({len(bad)} tensors, e.g. {bad[0]})')
+    return base, tok
+
+
+def _sweep_record(cfg: FinetuneConfig, results: Path, name: str, ident: str) -> dict:
+    "Write the sweep's config record beside the store; the provenance every row of the sweep carries."
+    from mlmclm import __version__   # also right in a source checkout that is not pip-installed
+    meta = dict(checkpoint=cfg.checkpoint, checkpoint_name=name, checkpoint_id=ident, config_hash=config_hash(cfg),
+                code=code_version(), mlmclm_version=__version__, source='ours', **_checkpoint_meta(cfg))
+    write_run_record(shard_dir(results)/'configs'/meta['config_hash'], cfg, kind='finetune', checkpoint_name=name,
+                     checkpoint_id=ident)
+    return meta
 
 
 def finetune_sweep(cfg: FinetuneConfig,
                    force: str | None = None,  # re-run finished runs too; the reason is stored and the new rows supersede
-                   lease_s: float = 1800.0,   # a run claimed by a worker that is gone (or silent this long) is taken over
+                   lease_s: float = LEASE_S,  # a run claimed by a worker that is gone (or silent this long) is taken over
                   ) -> Path:
     "Fine-tune `cfg.checkpoint` on every task × LR × seed not yet in the results store; returns the store's path."
-    from mlmclm import __version__   # also right in a source checkout that is not pip-installed
-    from mlmclm.results import (StoreWriter, check_checkpoint_name, checkpoint_identity, claim_work, code_version,
-                                current_rows, finetune_work, needs_run, protocol_suffix, read_rows,
-                                run_key)
     from tqdm.auto import tqdm
     tasks, lrs, seeds = check_finetune_config(cfg)
     results = Path(cfg.results or project_root()/'runs'/'finetune'/'results.jsonl')
-    name, ident = _default_name(cfg), checkpoint_identity(cfg.checkpoint)
-    current = current_rows(read_rows(results))
-    if not force: check_checkpoint_name(current, name, ident, results)
-    cell = dict(attention=cfg.attention, pooling=cfg.pooling)   # the protocol cell is part of a run's identity
-    keys = lambda evals, lr, seed: [run_key(dict(cell, checkpoint_name=name, dataset=e.name, lr=lr, seed=seed)) for e in evals]
-    todo = [(tr, evals, lr, seed) for tr, evals in _trainings(tasks).items() for lr in lrs for seed in seeds
-            if needs_run(current, keys(evals, lr, seed), force)]
+    name, ident = recorded_name(cfg), checkpoint_identity(cfg.checkpoint)
+    if not force: check_checkpoint_name(current_rows(read_rows(results)), name, ident, results)
+    todo = missing(results, finetune_runs(name, tasks, lrs, seeds, cfg.attention, cfg.pooling), force)
     if not todo: return results
-    base, tok = _load_base(cfg)
-    bad = [n for n, p in base.named_parameters() if not torch.isfinite(p).all()]
-    if bad: raise ConfigError(f'checkpoint={cfg.checkpoint!r} has weights that are not finite ({len(bad)} tensors, e.g. {bad[0]})')
-    data = {}
-    meta = dict(checkpoint=cfg.checkpoint, checkpoint_name=name, checkpoint_id=ident, config_hash=config_hash(cfg),
-                code=code_version(), mlmclm_version=__version__, source='ours', **_checkpoint_meta(cfg))
-    def with_labels(t):   # tag names the dataset itself carries replace the registry's
-        return dataclasses.replace(t, labels=data[t.name]['labels']) if 'labels' in data[t.name] else t
+    base, tok = _base_model(cfg)
+    meta, data = _sweep_record(cfg, results, name, ident), {}
+    def task(t):   # tag names the dataset itself carries replace the registry's
+        if t not in data: data[t] = load_task(TASKS[t], cfg.data_source)
+        return dataclasses.replace(TASKS[t], labels=data[t]['labels']) if 'labels' in data[t] else TASKS[t]
     with StoreWriter(results, note=f'finetune {name}') as store:
-        for tr, evals, lr, seed in tqdm(todo, desc=f'fine-tune {name}', unit='run', disable=not cfg.progress):
-            with claim_work(results, finetune_work(name, tr, lr, seed) + protocol_suffix(cell), lease_s) as mine:
+        for run in tqdm(todo, desc=f'fine-tune {name}', unit='run', disable=not cfg.progress):
+            with claim_work(results, run.work, lease_s) as mine:
                 # another worker holds it, or finished it since we looked: skip
-                if not mine or not needs_run(current_rows(read_rows(results, warn=False)), keys(evals, lr, seed), force): continue
-                for t in [TASKS[tr]] + evals:
-                    if t.name not in data: data[t.name] = load_task(t, cfg.data_source)
-                rows = finetune_run(with_labels(TASKS[tr]), [with_labels(e) for e in evals], data, base, tok, lr, seed, cfg)
-                store.append([dict(meta, lr=lr, seed=seed, **r) for r in rows], supersedes=force)
+                if not mine or not missing(results, [run], force, warn=False): continue
+                train, evals = task(run.train_task), [task(d) for d in run.datasets]
+                rows = finetune_run(train, evals, data, base, tok, run.lr, run.seed, cfg)
+                store.append([dict(meta, lr=run.lr, seed=run.seed, **r) for r in rows], supersedes=force)
     return results

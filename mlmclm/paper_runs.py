@@ -117,11 +117,11 @@ def import_tree(root: str | Path,           # the `results/` folder of a clone o
     with StoreWriter(store, note=f'import {root}') as writer:
         for f in tqdm(files, desc='import', unit='file', disable=not progress):
             rel = str(f.relative_to(root))
-            try: row = dict(parse_result_path(f, root), **read_result_file(f))
+            try: row = dict(parse_result_path(f, root), **read_result_file(f), source='authors')   # theirs, not ours
             except ValueError as e: skipped.append(dict(path=rel, reason=str(e))); continue
             if run_key(row) in seen: continue
             seen.add(run_key(row))
-            pending.append(dict(row, best_step=None, steps=None, source='authors', source_file=rel, code=code_version(),
+            pending.append(dict(row, best_step=None, steps=None, source_file=rel, code=code_version(),
                                 in_paper=row['dataset'] not in NOT_IN_PAPER))
             if len(pending) >= batch: writer.append(pending); imported += len(pending); pending = []
         if pending: writer.append(pending); imported += len(pending)

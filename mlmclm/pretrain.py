@@ -23,89 +23,23 @@ from pathlib import Path
 
 import torch
 
-from .core import (ConfigError, append_jsonl, atomic_write_json, atomic_write_text, build_config, config_hash,
-                         config_help, param, pick_device, pick_dtype, project_root, read_json, read_jsonl,
-                         seed_everything, to_json, write_run_record)
-from .vocab import (ADAMW, E3_STEPS, PRETRAIN, AdamW, Phase, paper_run_names, parse_run_name, parse_schedule,
-                          phase_at, switch_steps)
-from .model import (MODEL_SIZES, Transformer, build_model, check_checkpoint, config_from_hf, default_backend, load,
-                          model_config, save)
-from .data import DEFAULT_FINEWEB_SUBSET, DEFAULT_REAL_TOKENIZER, EMBEDDED_SOURCES, TokenStore, load_tokenizer, open_store
+from .core import (ClaimHeld, ConfigError, append_jsonl, atomic_write_json, atomic_write_text, claim_state,
+                         config_help, pick_device, pick_dtype, read_json, read_jsonl, seed_everything, to_json,
+                         write_run_record)
+from .vocab import AdamW, Phase, parse_schedule, phase_at, switch_steps
+from .runs import PretrainConfig, grad_accum, pretrain_config, pretrain_run
+from .model import (Transformer, build_model, check_checkpoint, config_from_hf, default_backend, load, model_config,
+                          save)
+from .data import EMBEDDED_SOURCES, TokenStore, load_tokenizer, open_store
 from .objectives import adamw, device_peak_flops, flops_per_token, lm_loss, make_batch, wsd_schedule
 
 # %% auto #0
-__all__ = ['COMPLETE', 'FLOP_CONVENTION', 'DEMO', 'DEMO_SCHEDULES', 'step_defaults', 'PretrainConfig', 'resolve_phases',
-           'check_pretrain_config', 'default_run_id', 'step_batches', 'prefetched', 'recover_swaps', 'state_folder',
-           'save_training_state', 'load_training_state', 'TrainState', 'Run', 'state_memory', 'setup', 'batch_stream',
-           'train_step', 'Throughput', 'log_metrics', 'keep_checkpoint', 'save_if_due', 'pretrain', 'paper_config',
-           'write_paper_configs', 'main', 'loss_figure']
+__all__ = ['COMPLETE', 'FLOP_CONVENTION', 'resolve_phases', 'check_pretrain_config', 'step_batches', 'prefetched',
+           'recover_swaps', 'state_folder', 'save_training_state', 'load_training_state', 'TrainState', 'Run',
+           'state_memory', 'setup', 'batch_stream', 'train_step', 'Throughput', 'log_metrics', 'keep_checkpoint',
+           'save_if_due', 'pretrain', 'command_config', 'main', 'loss_figure']
 
 # %% ../nbs/02_pretrain.ipynb #7dbd8cd7
-def step_defaults(total_steps: int) -> dict:
-    "Warmup, decay, kept checkpoints and save interval of a run of `total_steps` steps, for the ones not given."
-    return dict(warmup_steps=round(0.1 * total_steps), decay_steps=round(0.2 * total_steps),
-                checkpoint_steps=','.join(str(s) for s in sorted({total_steps // 4, total_steps // 2} - {0})),
-                save_every=max(1, total_steps // 4))
-
-
-@dataclass
-class PretrainConfig:
-    size: str = param('tiny', 'model size (a key of MODEL_SIZES); ignored with init_from', choices=tuple(MODEL_SIZES))
-    schedule: str = param('mlm', "'mlm', 'clm', 'biphasic' or phases like 'clm:10000,mlm40:32000'")
-    total_steps: int = param(200, 'optimizer steps in this run (42000 in the paper)', low=1)
-    clm_steps: int | None = param(None, 'biphasic: CLM steps before the switch', low=1)
-    clm_fraction: float | None = param(None, 'biphasic: CLM share of total_steps instead', low=0.0, high=1.0, low_open=True)
-    mask_ratio: float = param(0.4, 'MLM masking probability', low=0.0, high=1.0, low_open=True)
-    replace_mask: float = param(1.0, 'share of selected tokens replaced by <|mask|>', low=0.0, high=1.0)
-    replace_random: float = param(0.0, 'share replaced by a random token', low=0.0, high=1.0)
-    replace_keep: float = param(0.0, 'share left unchanged', low=0.0, high=1.0)
-    init_from: str | None = param(None, 'continue from a checkpoint (ours, HF Llama-family, MLMvsCLM/*); weights only')
-    resume_from: str | None = param(None, "full training state to resume from (another run's state folder)")
-    tokenizer: str | None = param(None, 'HF tokenizer name/folder; None: see above')
-    data: str = param('embedded', "'embedded', 'embedded+reviews', 'fineweb-edu', a folder/file of .txt/.jsonl, or a token store folder")
-    data_subset: str | None = param(None, f'fineweb-edu subset ({DEFAULT_FINEWEB_SUBSET} when None: unique tokens for 54k steps)')
-    data_offset: int | None = param(None, "first store token read: None continues after init_from's tokens (CPT), else 0; 0 replays", low=0)
-    store_dir: str | None = param(None, 'where token stores of sources are built and found (<project>/stores)')
-    data_workers: int = param(1, "tokenizing processes when a finite source's store must be built", low=1)
-    seq_len: int = param(128, 'tokens per packed row (1024 in the paper)', low=8)
-    batch_size: int = param(16, 'rows per device per micro-batch', low=1)
-    grad_accum: int = param(1, 'micro-batches per optimizer step', low=1)
-    lr: float = param(PRETRAIN.lr, 'peak learning rate', low=0.0, low_open=True)
-    warmup_steps: int | None = param(None, 'linear warmup steps (2000 in the paper); None: 10% of total_steps', low=0)
-    decay_steps: int | None = param(None, 'linear decay steps at the end (2000 in the paper); None: 20% of total_steps', low=0)
-    weight_decay: float = param(ADAMW.weight_decay, 'AdamW weight decay (matrices only)', low=0.0)
-    adam_beta1: float = param(ADAMW.beta1, 'AdamW beta1', low=0.0, high=1.0)
-    adam_beta2: float = param(ADAMW.beta2, 'AdamW beta2', low=0.0, high=1.0)
-    adam_eps: float = param(ADAMW.eps, 'AdamW epsilon', low=0.0, low_open=True)
-    grad_clip: float = param(ADAMW.grad_clip, 'gradient norm clip (0 disables)', low=0.0)
-    seed: int = param(42, 'seed of data order, masking and init', low=0)
-    run_id: str | None = param(None, 'folder name under out_dir; derived from the config when None')
-    out_dir: str | None = param(None, "where run folders go; <project>/runs by default")
-    checkpoint_steps: str | None = param(None, "comma list of steps to keep checkpoints at (paper: '1000,2000,5000,10000,"
-                                         "20000,40000'); None: a quarter and a half of total_steps; '': none")
-    save_every: int | None = param(None, 'steps between resumable training-state saves; None: a quarter of total_steps', low=1)
-    log_every: int = param(10, 'steps between metrics.jsonl rows', low=1)
-    stop_at_step: int | None = param(None, 'end this session after this step (the run stays resumable)', low=1)
-    device: str | None = param(None, "'cpu', 'cuda', ...; None picks")
-    fsdp: bool = param(False, 'shard weights, gradients and optimizer state over the processes (FSDP2; 610m/1b)')
-    attn_backend: str = param('auto', "'auto' (varlen flash attention on GPU, else sdpa), 'sdpa', 'eager', 'flash'",
-                              choices=('auto', 'sdpa', 'eager', 'flash'))
-    sparse_head: bool = param(True, 'MLM: LM head only at masked positions')
-    ce_chunk: int = param(0, 'LM head + loss this many positions at a time (0: at once); saves memory at 128k vocab', low=0)
-    prefetch: int = param(2, 'steps of batches prepared ahead in a background thread (0: inline)', low=0)
-    compile: bool = param(False, 'torch.compile the model (GPU)')
-    gradient_checkpointing: bool = param(False, 'recompute activations in backward (saves memory for 1b)')
-    tensorboard: bool = param(False, 'also log to TensorBoard (needs the tensorboard package)')
-    progress: bool = param(True, 'show a progress bar')
-    on_config_change: str = param('refuse', "run_id trained before with other settings: 'refuse', 'force_new' (the old "
-                                  "folder is moved aside) or 'resume_anyway' (run.json keeps the old settings)",
-                                  choices=('refuse', 'force_new', 'resume_anyway'))
-
-    def __post_init__(self):   # the step settings left at None, from total_steps (see step_defaults)
-        for k, v in step_defaults(self.total_steps).items():
-            if getattr(self, k) is None: setattr(self, k, v)
-
-
 def resolve_phases(cfg: PretrainConfig) -> list[Phase]:
     "The schedule of `cfg`, checked."
     return parse_schedule(cfg.schedule, cfg.total_steps, cfg.clm_steps, cfg.clm_fraction, cfg.mask_ratio)
@@ -167,21 +101,6 @@ def _check_device(cfg: PretrainConfig) -> None:
 def _checkpoint_steps(cfg) -> list[int]:
     try: return sorted({int(s) for s in str(cfg.checkpoint_steps).replace(' ', '').split(',') if s})
     except ValueError: raise ConfigError(f'checkpoint_steps={cfg.checkpoint_steps!r} must be a comma list of integers')
-
-
-# they change how a run goes, not its numbers
-_NOT_IN_RUN_ID = ('progress', 'stop_at_step', 'run_id', 'prefetch', 'store_dir', 'data_workers', 'fsdp', 'on_config_change')
-
-def default_run_id(cfg: PretrainConfig) -> str:
-    "A readable, config-specific folder name: size, schedule, steps and a hash of the fields set off their defaults."
-    sched = cfg.schedule if cfg.schedule != 'biphasic' else f'clm{cfg.clm_steps or cfg.clm_fraction}-mlm'
-    tag = re.sub(r'[^\w.]+', '-', f'{cfg.size}-{sched}-{cfg.total_steps}')
-    # only what differs from the defaults: a field added in a later version leaves every existing run id unchanged,
-    # so an interrupted run still finds its folder (and resumes) after an upgrade
-    defaults = {**{f.name: f.default for f in dataclasses.fields(cfg)}, **step_defaults(cfg.total_steps)}
-    changed = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-               if f.name not in _NOT_IN_RUN_ID and getattr(cfg, f.name) != defaults[f.name]}
-    return f'{tag}-{config_hash(changed)[:6]}'
 
 # %% ../nbs/02_pretrain.ipynb #166a5ada
 def _sequential(rows, position: int):
@@ -434,11 +353,13 @@ class Run:
     backend: str             # the attention kernel in use
     session: str = ''        # names this session's temporary folders (the main process's id, shared by all)
     data_offset: int = 0     # the store token where row 0 of this run begins
+    grad_accum: int = 1      # micro-batches per step and process (`mlmclm.runs.grad_accum`)
+    claim: object = None     # the main process's claim on the run (`mlmclm.core.Claim`), held while it trains
 
     @property
     def state_dir(self) -> Path: return self.folder/'state'
     @property
-    def rows_per_step(self) -> int: return self.cfg.batch_size * self.cfg.grad_accum * self.acc.num_processes
+    def rows_per_step(self) -> int: return self.cfg.batch_size * self.grad_accum * self.acc.num_processes
     @property
     def last_step(self) -> int: return min(self.cfg.total_steps, self.cfg.stop_at_step or self.cfg.total_steps)
     @property
@@ -448,6 +369,10 @@ class Run:
     @property
     def sharding(self) -> str:
         return 'fsdp2' if self.acc.is_fsdp2 else 'ddp' if self.acc.num_processes > 1 else 'none'
+
+    def release(self) -> None:
+        "Give up the run's claim (the end of a session; `pretrain` does it, also on errors)."
+        if self.claim is not None: self.claim.release(); self.claim = None
 
 # %% ../nbs/02_pretrain.ipynb #f0e2835e
 def _fsdp_plugin(bf16: bool):
@@ -508,20 +433,28 @@ _SESSION_FIELDS = ('progress', 'stop_at_step', 'prefetch', 'log_every', 'save_ev
                    'out_dir', 'store_dir', 'data_workers', 'device', 'attn_backend', 'compile', 'fsdp',
                    'on_config_change', 'run_id')   # how a session runs, not what it computes
 
-def _config_changes(old: dict, cfg: PretrainConfig) -> dict:
+def _rows_per_step(config: dict, processes: int) -> int:
+    "A recorded or new config's rows per step (`global_batch`; before it existed: micro-batch x accumulation x processes)."
+    if config.get('global_batch') is not None: return config['global_batch']
+    return config['batch_size'] * config.get('grad_accum', 1) * processes
+
+
+def _config_changes(old: dict, cfg: PretrainConfig, old_processes: int = 1, processes: int = 1) -> dict:
     "The fields that change what is computed and differ from the recorded `old` config (a field it predates counts as its default)."
     new = json.loads(to_json(dataclasses.asdict(cfg)))
     default = {f.name: f.default for f in dataclasses.fields(cfg)}
-    return {k: (old.get(k, default[k]), v) for k, v in new.items()
-            if k not in _SESSION_FIELDS and old.get(k, default[k]) != v}
+    changes = {k: (old.get(k, default[k]), v) for k, v in new.items()
+               if k not in _SESSION_FIELDS + ('global_batch',) and old.get(k, default[k]) != v}
+    rows = (_rows_per_step(old, old_processes), _rows_per_step(new, processes))
+    return changes | ({'rows per step': rows} if rows[0] != rows[1] else {})
 
 
-def _check_reuse(folder: Path, run_id: str, cfg: PretrainConfig) -> tuple[list, dict | None]:
+def _check_reuse(folder: Path, run_id: str, cfg: PretrainConfig, processes: int) -> tuple[list, dict | None]:
     "The config history to keep, and the replaced config (resume_anyway); refuses, or moves aside, a folder trained otherwise."
     trained = state_folder(folder/'state') or any((folder/'checkpoints').glob('step-*')) or any(folder.glob('.state.*'))
     if not (folder/'run.json').is_file() or not trained: return [], None
     old = read_json(folder/'run.json')
-    changes = _config_changes(old['config'], cfg)
+    changes = _config_changes(old['config'], cfg, old.get('ran_on', {}).get('processes', 1), processes)
     if not changes: return old.get('config_history', []), None
     shown = ', '.join(f'{k} {a!r} -> {b!r}' for k, (a, b) in changes.items())
     if cfg.on_config_change == 'refuse':
@@ -535,18 +468,34 @@ def _check_reuse(folder: Path, run_id: str, cfg: PretrainConfig) -> tuple[list, 
     return [], None
 
 
+def _claim_run(cfg: PretrainConfig, acc):
+    "The main process claims the run (None elsewhere); every process raises `ClaimHeld` if a live worker holds it."
+    run, held, holder = pretrain_run(cfg), None, None
+    if acc.is_main_process:
+        held = run.try_claim()
+        if held is None:
+            info = claim_state(run.claim_path, 0)[1] or {}
+            holder = f"{info.get('host')} pid {info.get('pid')} since {info.get('started')}"
+    if acc.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+        holder = broadcast_object_list([holder])[0]
+    if holder:
+        raise ClaimHeld(f'run {run.run_id!r} in {run.out_dir} is being trained by {holder} (claim {run.claim_path}); '
+                        f'it is taken over once that process is gone')
+    return held
+
+
 def _run_folder(cfg: PretrainConfig, acc) -> tuple[Path, str, list, dict | None, list]:
     "The run folder (created), its id, config history, replaced config, and the repairs of interrupted swaps."
-    run_id = cfg.run_id or default_run_id(cfg)
-    folder = Path(cfg.out_dir or project_root()/'runs')/run_id
+    run = pretrain_run(cfg)
     history, replaced, repairs = [], None, []
     if acc.is_main_process:
-        history, replaced = _check_reuse(folder, run_id, cfg)
-        folder.mkdir(parents=True, exist_ok=True)
-        repairs = recover_swaps(folder) + recover_swaps(folder/'checkpoints')
+        history, replaced = _check_reuse(run.folder, run.run_id, cfg, acc.num_processes)
+        run.folder.mkdir(parents=True, exist_ok=True)
+        repairs = recover_swaps(run.folder) + recover_swaps(run.folder/'checkpoints')
         for line in repairs: print(line)
     acc.wait_for_everyone()
-    return folder, run_id, history, replaced, repairs
+    return run.folder, run.run_id, history, replaced, repairs
 
 # %% ../nbs/02_pretrain.ipynb #a70207db
 def _data_offset(cfg: PretrainConfig, store: TokenStore, extra: dict | None) -> tuple[int, str]:
@@ -583,10 +532,13 @@ def _record(run: Run, state: TrainState, why: str, history: list, replaced: dict
     extra = dict(config_history=history) if history else {}
     ran_on = dict(device=run.acc.device.type, processes=run.acc.num_processes, sharding=run.sharding,
                   mixed_precision=run.acc.mixed_precision)
+    batch = dict(global_batch=run.rows_per_step, micro_batch=run.cfg.batch_size, grad_accum=run.grad_accum,
+                 processes=run.acc.num_processes)
     write_run_record(run.folder, run.cfg, seed=run.cfg.seed, run_id=run.run_id,
                      phases=[dataclasses.asdict(p) for p in run.phases], tokenizer=run.tokenizer.name_or_path,
                      attn_backend=run.backend, flops_per_token=flops_per_token(run.raw_model.config, run.cfg.seq_len),
-                     resumed_at=state.step, data=_data_record(run, why), ran_on=ran_on, recovered=repairs, **extra)
+                     resumed_at=state.step, data=_data_record(run, why), ran_on=ran_on, batch=batch, recovered=repairs,
+                     **extra)
 
 # %% ../nbs/02_pretrain.ipynb #b1786a09
 def _resume(run: Run) -> tuple[TrainState, dict | None]:
@@ -605,11 +557,21 @@ def _truncate_metrics(path: Path, step: int) -> None:
     if text != path.read_text(encoding='utf-8'): atomic_write_text(path, text)
 
 
-def setup(cfg: PretrainConfig,  # a checked config (`build_config(PretrainConfig, ...)`)
+def setup(cfg: PretrainConfig,  # a checked config (`mlmclm.runs.pretrain_config`)
          ) -> tuple[Run, TrainState]:
-    "Everything a run needs, built in a fixed order (checks, data, folder, seed, model, processes, resume), and where it starts."
+    "Everything a run needs, built in a fixed order (checks, claim, data, folder, seed, model, processes, resume), and where it starts."
     phases = check_pretrain_config(cfg)
     acc = _accelerator(cfg)
+    accumulation = grad_accum(cfg.global_batch, cfg.batch_size, acc.num_processes)   # refused here if it does not divide
+    held = _claim_run(cfg, acc)
+    try: return _setup_claimed(cfg, acc, phases, accumulation, held)
+    except BaseException:   # the run is not started: let another launcher have it
+        if held is not None: held.release()
+        raise
+
+
+def _setup_claimed(cfg: PretrainConfig, acc, phases: list, accumulation: int, held) -> tuple[Run, TrainState]:
+    "The rest of `setup` once the run is ours: data, folder, seed, model, processes, resume, record."
     tokenizer = _tokenizer_for(cfg)
     with acc.main_process_first():   # bad data fails here, before the run folder exists; the main process builds
         store = open_store(cfg.data, tokenizer, cfg.seed, cfg.data_subset, store_dir=cfg.store_dir, workers=cfg.data_workers)
@@ -623,7 +585,7 @@ def setup(cfg: PretrainConfig,  # a checked config (`build_config(PretrainConfig
     scheduler = wsd_schedule(optimizer, cfg.total_steps, cfg.warmup_steps, cfg.decay_steps)
     prepared, optimizer = acc.prepare(torch.compile(model) if cfg.compile else model, optimizer)
     run = Run(cfg, acc, folder, run_id, phases, tokenizer, store, model, prepared, optimizer, scheduler, backend,
-              session=_session(acc))
+              session=_session(acc), grad_accum=accumulation, claim=held)
     state, extra = _resume(run)                   # after `prepare`: FSDP shards the weights the state is loaded into
     run.data_offset, why = _data_offset(cfg, store, extra)
     if run.is_main: _record(run, state, why, history, replaced, repairs)
@@ -637,7 +599,7 @@ def batch_stream(run: Run, state: TrainState):
     rows = functools.partial(run.store.rows, run.data_offset, seq_len=cfg.seq_len)   # reads only the rows asked for
     ids_info = dict(mask_token_id=run.tokenizer.mask_token_id, vocab_size=len(run.tokenizer),
                     special_ids=sorted(set(run.tokenizer.all_special_ids)))
-    batches = step_batches(rows, run.phases, range(state.step, run.last_step), cfg.batch_size, cfg.grad_accum,
+    batches = step_batches(rows, run.phases, range(state.step, run.last_step), cfg.batch_size, run.grad_accum,
                            acc.num_processes, acc.process_index, ids_info,
                            (cfg.replace_mask, cfg.replace_random, cfg.replace_keep), cfg.seed,
                            pin=acc.device.type == 'cuda')
@@ -645,10 +607,10 @@ def batch_stream(run: Run, state: TrainState):
 
 
 def train_step(run: Run, state: TrainState, phase: Phase,
-               micro_batches: list[dict],   # this process's `grad_accum` micro-batches of the step
+               micro_batches: list[dict],   # this process's `run.grad_accum` micro-batches of the step
               ) -> tuple[float, float]:     # the step's loss (mean over micro-batches and processes), its LR
     "One optimizer step: forward and backward every micro-batch, clip, step; `state` advances."
-    acc, model, A = run.acc, run.model, run.cfg.grad_accum
+    acc, model, A = run.acc, run.model, run.grad_accum
     cuda = acc.device.type == 'cuda'
     loss_sum = torch.zeros((), device=acc.device)
     for m, batch in enumerate(micro_batches):
@@ -734,7 +696,7 @@ def save_if_due(run: Run, state: TrainState, phase_index: int, phase: Phase) -> 
     save_training_state(run, state)
 
 # %% ../nbs/02_pretrain.ipynb #77667943
-def pretrain(cfg: PretrainConfig,  # a checked config (`build_config(PretrainConfig, ...)`)
+def pretrain(cfg: PretrainConfig,  # a checked config (`mlmclm.runs.pretrain_config`)
             ) -> Path:             # the run folder
     "Run (or resume) one pretraining run; returns its folder under `out_dir`."
     from tqdm.auto import tqdm
@@ -751,50 +713,18 @@ def pretrain(cfg: PretrainConfig,  # a checked config (`build_config(PretrainCon
             bar.update(1); bar.set_postfix(phase=phase.label, loss=f'{loss:.3f}')
             log_metrics(run, state, phase_index, phase, loss, lr, throughput)
             save_if_due(run, state, phase_index, phase)
-    finally:   # stop the prefetching thread here, also on errors (not at interpreter exit)
+    finally:   # stop the prefetching thread here, also on errors (not at interpreter exit); let the run go
         batches.close()
+        if state.step < run.last_step: run.release()
     bar.close()
     if run.is_main and state.step == cfg.total_steps:
         atomic_write_json(run.folder/'done.json', dict(step=state.step, tokens_seen=state.tokens_seen, run_id=run.run_id,
                                                        data=_tokens_read(run, state)))
+    run.release()   # after done.json: whoever looks next finds the run done, never free and unfinished
     if cfg.tensorboard: run.acc.end_training()
     return run.folder
 
-# %% ../nbs/02_pretrain.ipynb #eff722c4
-def paper_config(name: str) -> dict:
-    "Flat papermill parameters that train the released model `name` (protocol.md §1)."
-    run = parse_run_name(name)
-    if run.checkpoint_step is not None:
-        raise ValueError(f'{name!r} is an intermediate checkpoint of {name.rsplit("-", 1)[0]!r}, not a run')
-    steps = sum(p.steps for p in run.phases)
-    r = PRETRAIN
-    cfg = dict(size=run.size, schedule=run.schedule, total_steps=steps, mask_ratio=run.mask_ratio or 0.4,
-               data='fineweb-edu', data_subset=DEFAULT_FINEWEB_SUBSET, tokenizer=DEFAULT_REAL_TOKENIZER, seq_len=r.seq_len,
-               lr=r.lr, seed=r.seed,
-               warmup_steps=r.warmup_steps, decay_steps=r.decay_steps, run_id=name, save_every=500,
-               batch_size=r.batch_size, grad_accum=r.grad_accum,
-               checkpoint_steps=','.join(str(s) for s in E3_STEPS if s < steps))
-    if run.cpt_from:
-        cfg.update(init_from=f'runs/{run.cpt_from}/checkpoints/step-{run.cpt_start}', checkpoint_steps='',
-                   warmup_steps=r.cpt_warmup_steps, decay_steps=min(r.cpt_decay_steps, steps - r.cpt_warmup_steps))
-    return cfg
-
-
-def write_paper_configs(names: list[str], folder: str | Path) -> list[Path]:
-    "One `<name>.yaml` of flat scalars per run, for `papermill -f`."
-    out = []
-    for name in names:
-        lines = [f'# {name}: generated by mlmclm.pretrain.write_paper_configs; edit the code, not this file']
-        lines += [f'{k}: {json.dumps(v)}' for k, v in paper_config(name).items()]
-        out.append(atomic_write_text(Path(folder)/f'{name}.yaml', '\n'.join(lines) + '\n'))
-    return out
-
 # %% ../nbs/02_pretrain.ipynb #d76c6f03
-DEMO = dict(size='tiny', total_steps=160, seq_len=128, batch_size=16, warmup_steps=16, decay_steps=32, lr=2e-3,
-            save_every=40, log_every=10, checkpoint_steps='40,80')
-DEMO_SCHEDULES = {'mlm': dict(schedule='mlm'), 'clm': dict(schedule='clm'),
-                  'biphasic': dict(schedule='biphasic', clm_fraction=0.25)}
-
 def _parse_value(text: str):
     for cast in (int, float):
         try: return cast(text)
@@ -802,22 +732,27 @@ def _parse_value(text: str):
     return {'None': None, 'True': True, 'False': False}.get(text, text)
 
 
+def command_config(args: list[str]) -> PretrainConfig:
+    "The config of `key=value ...` command-line arguments (`preset=<name>` among them, optionally)."
+    bad = [a for a in args if '=' not in a]
+    if bad: raise ConfigError(f'{bad[0]!r} is not key=value; e.g. schedule=biphasic total_steps=400')
+    values = {k: _parse_value(v) for k, v in (a.split('=', 1) for a in args)}
+    return pretrain_config(values.pop('preset', None), **values)
+
+
 def main(argv: list[str] | None = None) -> None:
-    "`demo` or `run key=value ...`."
+    "`demo` or `run [preset=<name>] key=value ...`."
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in ('demo', 'run'):
-        print('usage: python -m mlmclm.pretrain demo | run key=value ...\n\n' + config_help(PretrainConfig))
+        print('usage: python -m mlmclm.pretrain demo | run [preset=<released name>] key=value ...\n\n' + config_help(PretrainConfig))
         raise SystemExit(2)
-    overrides = dict(kv.split('=', 1) for kv in argv[1:])
-    overrides = {k: _parse_value(v) for k, v in overrides.items()}
     if argv[0] == 'run':
-        print(pretrain(build_config(PretrainConfig, overrides)))
+        print(pretrain(command_config(argv[1:])))
         return
-    for name, sched in DEMO_SCHEDULES.items():
-        cfg = build_config(PretrainConfig, {**DEMO, **sched, 'run_id': f'demo-pretrain-{name}', **overrides})
-        folder = pretrain(cfg)
+    for schedule in ('mlm', 'clm', 'biphasic'):
+        folder = pretrain(command_config([f'schedule={schedule}', f'run_id=demo-pretrain-{schedule}', *argv[1:]]))
         last = read_jsonl(folder/'metrics.jsonl')[-1]
-        print(f'{name:9s} final loss {last["loss"]:.3f}  {last["tokens_per_s"]:.0f} tokens/s  -> {folder}')
+        print(f'{schedule:9s} final loss {last["loss"]:.3f}  {last["tokens_per_s"]:.0f} tokens/s  -> {folder}')
 
 # %% ../nbs/02_pretrain.ipynb #17049f7d
 def loss_figure(metrics: list[dict],  # rows of a run's metrics.jsonl

@@ -14,45 +14,32 @@ import re
 import time
 import uuid
 import zlib
-from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .core import (HOST, ConfigError, WriteError, append_lines, atomic_path, atomic_write_text, claim, claim_state,
-                         fs_now, git_commit, jsonl_rows, owner_alive, this_process, to_json, try_claim, utc_now,
+from .core import (HOST, LEASE_S, ConfigError, WriteError, append_lines, atomic_path, atomic_write_text, claim,
+                         claim_state, fs_now, git_commit, jsonl_rows, owner_alive, this_process, to_json, utc_now,
                          warn_lines)
+from .vocab import PROTOCOL_AXES
+from .runs import FinetuneRun, run_key, shard_dir
 
 # %% auto #0
-__all__ = ['RESULT_KEYS', 'RESULT_COLUMNS', 'PROTOCOL_AXES', 'SELECTIONS', 'DEFAULT_SELECTION', 'protocol_suffix', 'run_key',
-           'check_store_path', 'shard_dir', 'row_problem', 'scan_store', 'read_rows', 'current_rows', 'load_results',
-           'unique_runs', 'tidy_results', 'read_results', 'code_version', 'writer_id', 'StoreWriter', 'read_examples',
-           'checkpoint_identity', 'check_checkpoint_name', 'finetune_work', 'work_claim_path', 'claim_work',
-           'needs_run', 'shard_state', 'compact', 'store_health', 'describe_health', 't_interval', 'select_lr',
-           'aggregate', 'seed_family_scores', 'family_scores', 'lr_curve', 'lr_sensitivity', 'protocol_cell',
-           'protocol_cells', 'diff_interval', 'bootstrap_intervals', 'main']
+__all__ = ['RESULT_KEYS', 'RESULT_COLUMNS', 'SELECTIONS', 'DEFAULT_SELECTION', 'check_store_path', 'row_problem', 'scan_store',
+           'read_rows', 'current_rows', 'load_results', 'unique_runs', 'tidy_results', 'read_results', 'code_version',
+           'writer_id', 'StoreWriter', 'read_examples', 'checkpoint_identity', 'check_checkpoint_name', 'missing',
+           'shard_state', 'compact', 'store_health', 'describe_health', 't_interval', 'select_lr', 'aggregate',
+           'seed_family_scores', 'family_scores', 'lr_curve', 'lr_sensitivity', 'protocol_cell', 'protocol_cells',
+           'diff_interval', 'bootstrap_intervals', 'main']
 
 # %% ../nbs/03a_results.ipynb #8be1669b
 RESULT_KEYS = ('checkpoint_name', 'dataset', 'lr', 'seed')
 RESULT_COLUMNS = ['checkpoint_name', 'dataset', 'family', 'lr', 'seed', 'val_score', 'test_score', 'best_step', 'steps',
                   'source']
 
-# the fine-tuning protocol's axes that a study may vary (the protocol ablation); the paper's value first
-PROTOCOL_AXES = {'attention': ('bidirectional', 'causal'), 'pooling': ('mean', 'last', 'first')}
-
-
-def protocol_suffix(row) -> str:
-    "`|axis=value` for each protocol axis where `row` departs from the paper (empty for the paper's protocol)."
-    return ''.join(f'|{a}={row.get(a)}' for a, vals in PROTOCOL_AXES.items()
-                   if isinstance(row.get(a), str) and row.get(a) != vals[0])
-
-
-def run_key(row) -> str:
-    """A run's identity as one string: `checkpoint|dataset|lr|seed`, plus the protocol cell when it is not the paper's
-    (so the cells of the protocol ablation are different runs, and rows of the paper's protocol keep their keys)."""
-    return f"{row['checkpoint_name']}|{row['dataset']}|{row['lr']:g}|{row['seed']}" + protocol_suffix(row)
+# a row's identity (`run_key`), the protocol axes and the store's folder (`shard_dir`) come from `mlmclm.runs`
 
 
 def check_store_path(store: str | Path) -> Path:
@@ -62,8 +49,6 @@ def check_store_path(store: str | Path) -> Path:
         what = 'a CSV table' if p.suffix == '.csv' else f"a '{p.suffix}' file" if p.suffix else 'a path without a suffix'
         raise ConfigError(f'results={str(store)!r} names {what}; a results store is JSON lines: give a path ending in .jsonl')
     return p
-
-def shard_dir(store: str | Path) -> Path: return Path(store).with_suffix('.d')
 
 def _row_files(store) -> list[Path]:
     "Row files in the order a reader must visit them while a `compact` may run: shards, shards being merged, the main file."
@@ -282,29 +267,14 @@ def check_checkpoint_name(current: dict, name: str, identity: str, store) -> Non
                           f"checkpoint_name, or re-run with force='<reason>' to supersede those rows")
 
 # %% ../nbs/03a_results.ipynb #a0764335
-def finetune_work(checkpoint_name: str, train_task: str, lr: float, seed: int) -> str:
-    "The name of one unit of fine-tuning work: a checkpoint trained on one task with one LR and seed."
-    return f'{checkpoint_name}|train={train_task}|{lr:g}|{seed}'
-
-
-def work_claim_path(store: str | Path, work: str) -> Path:
-    "The claim file of `work` in `store`'s claims folder (readable name, plus a hash that keeps it unique)."
-    safe = re.sub(r'[^A-Za-z0-9._=-]+', '_', work)[:80]
-    return shard_dir(store)/'claims'/f"{safe}-{hashlib.sha1(work.encode()).hexdigest()[:8]}.claim"
-
-
-@contextmanager
-def claim_work(store: str | Path, work: str, lease_s: float = 1800.0):
-    "Claim `work` on `store` for the block; yields False (holding nothing) when a live worker has it."
-    held = try_claim(work_claim_path(store, work), lease_s, note=work)
-    try: yield held is not None
-    finally:
-        if held is not None: held.release()
-
-
-def needs_run(current: dict, keys: list[str], force: str | None = None) -> bool:
-    "Whether any of `keys` lacks a row that counts (with `force`: a row of a re-run with that reason)."
-    return any(k not in current or (force and current[k].get('supersedes') != force) for k in keys)
+def missing(store: str | Path,            # the results store
+            runs: list[FinetuneRun],      # the runs wanted
+            force: str | None = None,     # a deliberate re-run: a run counts as done only with a row of this reason
+            warn: bool = True,            # warn about unreadable lines of the store
+           ) -> list[FinetuneRun]:
+    "The runs of `runs` that lack a row that counts for one of their keys."
+    current = current_rows(read_rows(store, warn=warn))
+    return [r for r in runs if any(k not in current or (force and current[k].get('supersedes') != force) for k in r.keys)]
 
 # %% ../nbs/03a_results.ipynb #94168900
 def shard_state(f: Path, abandoned_after_s: float | None = None, now: float | None = None) -> str:
@@ -361,7 +331,7 @@ def compact(store: str | Path, abandoned_after_s: float | None = None) -> dict:
     return dict(shards=len(taken), rows=len(rows), rejected=len(rejected))
 
 # %% ../nbs/03a_results.ipynb #6da1fa82
-def store_health(store: str | Path, lease_s: float = 1800.0) -> dict:
+def store_health(store: str | Path, lease_s: float = LEASE_S) -> dict:
     "What a store holds: rows, runs, duplicates, superseded rows, unreadable lines, shards and claims by state."
     rows, problems = scan_store(store)
     current = current_rows(rows)
@@ -527,7 +497,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog='python -m mlmclm.results', description='Check or compact a results store.')
     sub = p.add_subparsers(dest='command', required=True)
     h = sub.add_parser('health', help='rows, runs, duplicates, unreadable lines, shards and claims')
-    h.add_argument('store'); h.add_argument('--lease-s', type=float, default=1800.0, help='claim lease (seconds)')
+    h.add_argument('store'); h.add_argument('--lease-s', type=float, default=LEASE_S, help='claim lease (seconds)')
     c = sub.add_parser('compact', help="merge finished writers' shards into the main file (safe while writers run)")
     c.add_argument('store')
     c.add_argument('--abandoned-after', type=float, help='also take open shards silent this many seconds')

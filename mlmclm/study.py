@@ -12,29 +12,30 @@ import fnmatch
 import functools
 import itertools
 import json
-import logging
 import multiprocessing
 import os
-import sys
 import textwrap
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .core import ConfigError, atomic_write_text, project_root, read_json, run_claim_path
-from .vocab import (CONTROL, EMBEDDED_TASKS, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN, Phase,
-                          RunName, describe_checkpoint, paper_experiments, parse_run_name, run_name)
-from .results import PROTOCOL_AXES
+from .core import HOST, LEASE_S, ClaimHeld, ConfigError, atomic_write_text, project_root, read_json, read_jsonl
+from .vocab import (CONTROL, FINETUNE, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN,
+                          PROTOCOL_AXES, EMBEDDED_TASKS, Phase, RunName, describe_checkpoint, paper_experiments,
+                          parse_run_name, run_name)
+from .runs import (FinetuneConfig, FinetuneRun, PretrainRun, claim_status, finetune_grid, finetune_runs,
+                         grad_accum, pretrain_config, work_claim_path)
+from .results import missing
 from .model import MODEL_SIZES, model_config
 from .objectives import flops_per_token
 
 # %% auto #0
-__all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_PRETRAIN', 'DEMO_FINETUNE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERMEDIATE',
-           'ABLATION_CHECKPOINTS', 'PRESETS', 'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan',
-           'intermediate_datasets', 'paper_plan', 'Costs', 'run_flops', 'finetune_flops', 'estimate', 'select',
-           'demo_experiments', 'demo_plan', 'protocol_ablation_plan', 'checkpoint_dir', 'pretrain_params',
-           'runnable_notebook', 'run_notebook', 'finetune_jobs', 'paper_grad_accum', 'accelerate_command', 'job_keys',
-           'job_work', 'submit_finetune_array', 'study_status', 'PretrainJob', 'pretrain_job_specs',
+__all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERMEDIATE', 'ABLATION_CHECKPOINTS', 'PRESETS',
+           'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets', 'paper_plan',
+           'Costs', 'run_flops', 'finetune_flops', 'estimate', 'select', 'demo_experiments', 'demo_plan',
+           'protocol_ablation_plan', 'checkpoint_dir', 'pretrain_params', 'run_notebook', 'point_runs', 'finetune_jobs',
+           'accelerate_command', 'submit_finetune_array', 'study_status', 'PretrainJob', 'pretrain_job_specs',
            'submit_pretrain_jobs', 'finetune_params', 'torch_threads', 'launch', 'get_plan', 'measured_finetune',
            'measured_finetune_line', 'describe', 'main']
 
@@ -103,9 +104,16 @@ class StudyPlan:
     step_scale: float = 1.0         # demo: every step count of the names is multiplied by this
     warmup_steps: int = 2000        # in name units (before scaling)
     decay_steps: int = 2000
-    pretrain_overrides: dict = field(default_factory=dict)   # extra PretrainConfig values (demo: tiny, embedded)
-    finetune_overrides: dict = field(default_factory=dict)   # extra fine-tuning values
+    pretrain_preset: str = 'paper'  # 'paper': each run is its released name's preset; 'demo': the config's defaults
+    finetune_preset: str = 'paper'  # the fine-tuning preset of every evaluation point (`mlmclm.runs.FINETUNE_PRESETS`)
+    pretrain_overrides: dict = field(default_factory=dict)   # further `PretrainConfig` values of every run
+    finetune_overrides: dict = field(default_factory=dict)   # further `FinetuneConfig` values of every point
     note: str = ''                  # printed by `describe` (e.g. how to get a cheaper variant)
+
+    def experiments_of(self, e: EvalPoint) -> set:
+        "The experiments that evaluate `e` (a checkpoint from outside the study: 'control' or 'fine-tuning only')."
+        if e.run is not None: return self.runs[e.run].experiments
+        return {'control' if e.recorded_name == CONTROL else 'fine-tuning only'}
 
     @property
     def final_models(self) -> list[str]:
@@ -201,10 +209,10 @@ def paper_plan(intermediate: str = 'all',   # 'all' (the authors' grid) or 'one-
 class Costs:
     peak_flops: float = 989e12            # dense bf16 peak of the GPU (H100 SXM)
     mfu: float = 0.40                     # sustained model-FLOPs utilisation assumed
-    tokens_per_step: int = PRETRAIN.rows_per_step * PRETRAIN.seq_len   # the paper's batch
+    tokens_per_step: int = PRETRAIN.global_batch * PRETRAIN.seq_len   # the paper's batch
     seq_len: int = PRETRAIN.seq_len
     finetune_steps: int = 1000            # upper bound of the protocol
-    finetune_batch: int = 32
+    finetune_batch: int = FINETUNE.batch_size
     example_tokens: dict = field(default_factory=lambda: dict(SC=64, TC=48, QA=384, IR=256))  # rough, per example
 
 
@@ -268,14 +276,14 @@ def estimate(plan: StudyPlan, costs: Costs = Costs()):
 def select(plan: StudyPlan, experiments: list[str] | None = None, sizes: list[str] | None = None,
            pattern: str | None = None) -> StudyPlan:
     "The part of `plan` that evaluates the chosen checkpoints (and the runs they depend on)."
-    known = {x for r in plan.runs.values() for x in r.experiments}
+    known = {x for e in plan.evals for x in plan.experiments_of(e)}
     for x in experiments or []:
         if x not in known: raise ConfigError(f'unknown experiment {x!r}; choose from {sorted(known)}')
     plan_sizes = {_eval_size(plan, e) for e in plan.evals}
     for s in sizes or []:
         if s not in plan_sizes: raise ConfigError(f'unknown size {s!r}; the plan has {sorted(plan_sizes)}')
     def wanted(e):
-        used_by = plan.runs[e.run].experiments if e.run is not None else set()
+        used_by = plan.experiments_of(e)
         return ((not experiments or used_by & set(experiments)) and (not sizes or _eval_size(plan, e) in sizes)
                 and (not pattern or fnmatch.fnmatch(e.name, pattern)))
     evals = [e for e in plan.evals if wanted(e)]
@@ -290,11 +298,7 @@ def select(plan: StudyPlan, experiments: list[str] | None = None, sizes: list[st
 
 # %% ../nbs/04_study.ipynb #a04a76dd
 DEMO_SCALE = 2 / 250
-DEMO_PRETRAIN = dict(seq_len=128, batch_size=8, grad_accum=1, lr=5e-3, data='embedded+reviews', tokenizer=None,
-                     save_every=100, log_every=10)
-# minutes, not hours, on 2 CPU cores; the protocol (final weights, no BOS, ...) stays the paper's
-DEMO_FINETUNE = dict(batch_size=8, micro_batch_size=8, max_steps=200, eval_every=50)
-DEMO_LRS, DEMO_SEEDS = (3e-3,), (0, 1, 2)
+DEMO_LRS, DEMO_SEEDS = (tuple(x) for x in finetune_grid(FinetuneConfig()))   # the config's defaults are the demo's
 DEMO_INTERMEDIATE = ('corpus_names', 'corpus_speaker')   # what the intermediate checkpoints are tuned on
 
 def demo_experiments() -> dict[str, list[str]]:
@@ -313,7 +317,7 @@ def demo_plan(datasets: tuple | None = None, lrs: tuple = DEMO_LRS, seeds: tuple
         datasets = tuple(EMBEDDED_TASKS)
     inter = tuple(d for d in datasets if d in intermediate) or datasets
     plan = build_plan('demo', demo_experiments(), datasets, inter, lrs, seeds, step_scale=DEMO_SCALE,
-                      pretrain_overrides=DEMO_PRETRAIN, finetune_overrides=DEMO_FINETUNE)
+                      pretrain_preset='demo', finetune_preset='demo')
     if control: plan.evals.append(EvalPoint(CONTROL, None, 0, tuple(datasets), source=CONTROL))
     return plan
 
@@ -364,113 +368,69 @@ def checkpoint_dir(plan: StudyPlan, root: Path, run: str, step: int) -> Path:
 
 
 def pretrain_params(plan: StudyPlan, run: PlannedRun, root: Path) -> dict:
-    "Flat parameters of the pretraining notebook for `run`."
-    from mlmclm.pretrain import paper_config
-    p = paper_config(run.name)
-    p.update(schedule=','.join(f'{ph.label}:{_scaled(plan, ph.steps)}' for ph in run.spec.phases),
+    "Parameters of the pretraining notebook (and `pretrain_config`) for `run`: its preset, then what the plan sets."
+    p = dict(preset=run.name if plan.pretrain_preset == 'paper' else None, size=run.spec.size,
+             schedule=','.join(f'{ph.label}:{_scaled(plan, ph.steps)}' for ph in run.spec.phases),
              total_steps=_scaled(plan, run.total_steps), warmup_steps=_scaled(plan, plan.warmup_steps),
              decay_steps=_scaled(plan, plan.decay_steps), out_dir=str(root), run_id=run.name, init_from=None,
              checkpoint_steps=','.join(str(_scaled(plan, s)) for s in sorted(run.keep_steps) if s < run.total_steps))
     if run.spec.cpt_from:
         p['init_from'] = str(checkpoint_dir(plan, root, run.spec.cpt_from, run.spec.cpt_start))
-        p['warmup_steps'] = max(1, round(p['total_steps'] * 0.1)) if plan.step_scale != 1 else 200
-        p['decay_steps'] = min(_scaled(plan, plan.decay_steps), p['total_steps'] - p['warmup_steps'])
+        p['warmup_steps'] = max(1, round(p['total_steps'] * 0.1)) if plan.step_scale != 1 else PRETRAIN.cpt_warmup_steps
+        p['decay_steps'] = min(_scaled(plan, PRETRAIN.cpt_decay_steps), p['total_steps'] - p['warmup_steps'])
     if run.branch_from:
         p['resume_from'] = str(checkpoint_dir(plan, root, *run.branch_from))
-    if plan.preset != 'paper': p['size'] = run.spec.size
-    p.update(plan.pretrain_overrides)
-    return p
+    return p | plan.pretrain_overrides
 
 # %% ../nbs/04_study.ipynb #ff45ebc3
-def runnable_notebook(notebook: str | Path, module: str) -> dict:
-    "The Run section of `notebook` (from its '## Run' heading), preceded by a cell loading `module`'s namespace."
-    import nbformat
-    nb = nbformat.read(str(notebook), as_version=4)
-    start = next((i for i, c in enumerate(nb.cells) if c.cell_type == 'markdown' and c.source.lstrip().startswith('## Run')), None)
-    if start is None: raise ValueError(f'{notebook} has no "## Run" section')
-    load = nbformat.v4.new_code_cell(f'import {module} as _module\n'
-                                     f"globals().update({{k: v for k, v in vars(_module).items() if not k.startswith('__')}})")
-    nb.cells = [load] + nb.cells[start:]
-    for c in nb.cells:
-        if c.cell_type == 'code' and c.source.startswith('#| eval: false'):
-            c.source = c.source.split('\n', 1)[1] if '\n' in c.source else ''
-    return nb
-
-
-def run_notebook(notebook: str, module: str, parameters: dict, output: Path) -> Path:
-    "Execute the Run section of `nbs/<notebook>` with `parameters` through papermill; the executed copy lands at `output`."
-    import nbformat, papermill
+def run_notebook(notebook: str,       # a launcher notebook in nbs/
+                 parameters: dict,    # its papermill parameters
+                 output: Path,        # where the executed copy lands
+                ) -> Path:
+    "Execute `nbs/<notebook>` with `parameters` through papermill (it runs the Run section); the executed copy lands at `output`."
+    import papermill
     output = Path(output); output.parent.mkdir(parents=True, exist_ok=True)
-    source = output.with_name(output.stem + '.source.ipynb')
-    nbformat.write(runnable_notebook(project_root()/'nbs'/notebook, module), str(source))
-    # the kernel's own log (e.g. ipykernel's warning that it talks to papermill over local TCP without encryption)
-    # would land in the user's terminal on every run, and papermill warns about each parameter that its parameters
-    # cell does not list (the guard cell already refuses names the config does not know); errors still show, and
-    # cell failures come back as exceptions
-    log = logging.getLogger('papermill'); level = log.level
-    log.setLevel(logging.ERROR)
-    try: papermill.execute_notebook(str(source), str(output), parameters=parameters, progress_bar=False,
-                                    cwd=str(project_root()), extra_arguments=['--log-level=ERROR'])
-    finally: log.setLevel(level)
-    source.unlink()
+    # the kernel's own log would land in the user's terminal on every run: ipykernel's warning that it talks to
+    # papermill over local TCP without encryption, and a false 'KeyboardInterrupt caught in kernel' ERROR when a
+    # kernel is shut down at the end of a finished notebook; cell failures still come back as exceptions
+    papermill.execute_notebook(str(project_root()/'nbs'/notebook), str(output), parameters=parameters,
+                               progress_bar=False, cwd=str(project_root()), extra_arguments=['--log-level=CRITICAL'])
     return output
 
 # %% ../nbs/04_study.ipynb #89e2a2f9
-def finetune_jobs(plan: StudyPlan) -> list[dict]:
-    "One dict per fine-tuning job: checkpoint, tasks (the datasets it scores), lr, seed."
-    jobs = []
-    for e in plan.evals:
-        ir = tuple(d for d in e.datasets if _family(d) == 'IR' and d in PAPER_DATASETS['IR'])
-        groups = [(d,) for d in e.datasets if d not in ir] + ([ir] if ir else [])
-        for tasks in groups:
-            for lr in plan.lrs:
-                for seed in plan.seeds:
-                    jobs.append(dict(checkpoint=e.name, run=e.run, step=e.step, tasks=','.join(tasks), lr=lr, seed=seed))
-    return jobs
+def point_runs(plan: StudyPlan, e: EvalPoint) -> list[FinetuneRun]:
+    "The fine-tuning runs of evaluation point `e`: its datasets x the plan's LRs and seeds, in its protocol cell."
+    cell = {a: dict(e.protocol).get(a, values[0]) for a, values in PROTOCOL_AXES.items()}
+    return finetune_runs(e.recorded_name, e.datasets, plan.lrs, plan.seeds, **cell)
 
-# %% ../nbs/04_study.ipynb #a51c1064
-def paper_grad_accum(batch_size: int, world: int) -> int:
-    "Micro-batches per step that keep the paper's 2,304 sequences per step with `world` processes of `batch_size` rows."
-    if 2304 % (batch_size * world):
-        raise ConfigError(f"batch_size={batch_size} x {world} processes does not divide the paper's "
-                          f"2304 sequences per step; choose a GPU count that does")
-    return 2304 // (batch_size * world)
+
+def finetune_jobs(plan: StudyPlan) -> list[tuple[EvalPoint, FinetuneRun]]:
+    "Every fine-tuning job of the plan: (evaluation point, run)."
+    return [(e, r) for e in plan.evals for r in point_runs(plan, e)]
 
 # %% ../nbs/04_study.ipynb #cbaa5493
 def accelerate_command(plan: StudyPlan, run: PlannedRun, root: Path, num_processes: int = 8, num_machines: int = 1,
                        extra: str = '') -> str:
-    "The `accelerate launch` command line that trains `run` (paths inside the study folder `root`)."
+    """The `accelerate launch` command line that trains `run` (paths inside the study folder `root`); several machines
+    also need `--machine_rank` (each its own) and `--main_process_ip`/`--main_process_port` in `extra`."""
     import shlex
     params = pretrain_params(plan, run, root)
-    if plan.preset.startswith('paper'):   # keep the paper's 2,304 sequences per step on any GPU count
-        params['grad_accum'] = paper_grad_accum(params['batch_size'], num_processes * num_machines)
+    pretrain_config(**params)   # a bad value stops here, not on the cluster
     args = ' '.join(shlex.quote(f'{k}={v}') for k, v in params.items() if v is not None)
-    return (f'accelerate launch --num_processes {num_processes * num_machines} --num_machines {num_machines} '
+    world = num_processes * num_machines
+    multi = '--multi_gpu ' if world > 1 else ''
+    return (f'accelerate launch {multi}--num_processes {world} --num_machines {num_machines} '
             f'{extra}-m mlmclm.pretrain run {args}').replace('  ', ' ')
 
 
-def _finetune_job(job: dict, root: str, plan_preset: str, overrides: dict) -> str:
+def _finetune_job(point: str, run: FinetuneRun, root: str, plan_preset: str, overrides: dict) -> str:
     "Run one fine-tuning job (what a Slurm array task executes)."
     plan = PRESETS[plan_preset]()
-    e = next(e for e in plan.evals if e.name == job['checkpoint'])
-    params = finetune_params(plan, e, Path(root), tasks=job['tasks'], lrs=str(job['lr']), seeds=str(job['seed']))
+    e = next(e for e in plan.evals if e.name == point)
+    params = finetune_params(plan, e, Path(root), tasks=','.join(run.datasets), lrs=str(run.lr), seeds=str(run.seed))
     params.update(overrides)
-    out = Path(root)/'notebooks'/f"finetune-{job['checkpoint']}-{job['tasks'].replace(',', '+')}-lr{job['lr']}-sd{job['seed']}.ipynb"
-    return str(run_notebook('03b_finetune.ipynb', 'mlmclm.finetune', params, out))
-
-
-def job_keys(job: dict) -> list[str]:
-    "The run keys of the result rows one fine-tuning job writes."
-    from mlmclm.results import run_key
-    return [run_key(dict(checkpoint_name=job['checkpoint'], dataset=t, lr=job['lr'], seed=job['seed'])) for t in job['tasks'].split(',')]
-
-
-def job_work(job: dict) -> str:
-    "The unit of work a fine-tuning job claims (the sweep's `finetune_work`: checkpoint, training set, LR, seed)."
-    from mlmclm.results import finetune_work
-    from mlmclm.tasks import TASKS
-    first = job['tasks'].split(',')[0]
-    return finetune_work(job['checkpoint'], TASKS[first].train_on or first if first in TASKS else first, job['lr'], job['seed'])
+    out = Path(root)/'notebooks'/f"finetune-{point}-{run.train_task}-lr{run.lr:g}-sd{run.seed}.ipynb"
+    return str(run_notebook('03b_finetune.ipynb', params, out))
 
 
 def submit_finetune_array(plan: StudyPlan, root: Path, folder: Path, overrides: dict | None = None,
@@ -478,53 +438,44 @@ def submit_finetune_array(plan: StudyPlan, root: Path, folder: Path, overrides: 
                           **slurm) -> list:
     "Submit the fine-tuning grid's missing jobs as one Slurm job array (submitit); `slurm`: e.g. slurm_partition."
     import submitit
-    from mlmclm.results import current_rows, needs_run, read_rows
     jobs = finetune_jobs(plan)
     if not include_done:
-        current = current_rows(read_rows(Path(root)/'results.jsonl'))
-        jobs = [j for j in jobs if needs_run(current, job_keys(j))]
+        todo = set(missing(Path(root)/'results.jsonl', [r for _, r in jobs]))
+        jobs = [(e, r) for e, r in jobs if r in todo]
     if not jobs: return []
     executor = submitit.AutoExecutor(folder=str(folder))
     executor.update_parameters(**{'timeout_min': 120, 'gpus_per_node': 1, **slurm})
-    return executor.map_array(_finetune_job, jobs, [str(root)] * len(jobs), [plan.preset] * len(jobs),
-                              [overrides or {}] * len(jobs))
+    n = len(jobs)
+    return executor.map_array(_finetune_job, [e.name for e, _ in jobs], [r for _, r in jobs], [str(root)] * n,
+                              [plan.preset] * n, [overrides or {}] * n)
 
 # %% ../nbs/04_study.ipynb #a8f947af
-def _state(claim_file: Path, lease_s: float) -> str:
-    from mlmclm.core import claim_state
-    return {'free': 'to_do'}.get(s := claim_state(claim_file, lease_s)[0], s)
-
-
-def study_status(plan: StudyPlan, root: str | Path, lease_s: float = 1800.0) -> 'pd.DataFrame':
+def study_status(plan: StudyPlan, root: str | Path, lease_s: float = LEASE_S) -> 'pd.DataFrame':
     "Per experiment and stage: runs done, running, stale (claimed by a worker that is gone) and to do."
     import pandas as pd
-    from mlmclm.results import current_rows, read_rows, work_claim_path
     root, store = Path(root), Path(root)/'results.jsonl'
-    current = current_rows(read_rows(store))
-    pre = {name: 'done' if (root/name/'done.json').is_file() else _state(run_claim_path(root, name), lease_s)
-           for name in plan.runs}
-    jobs = [(j, 'done' if all(k in current for k in job_keys(j)) else _state(work_claim_path(store, job_work(j)), lease_s))
-            for j in finetune_jobs(plan)]
+    pre = {name: PretrainRun(name, root).status(lease_s) for name in plan.runs}
+    jobs = finetune_jobs(plan)
+    todo = set(missing(store, [r for _, r in jobs]))
+    states = [(e, 'done' if r not in todo else claim_status(work_claim_path(store, r.work), lease_s)) for e, r in jobs]
     rows = []
-    for x in sorted({x for r in plan.runs.values() for x in r.experiments}):
-        for stage, states in (('pretrain', [s for n, s in pre.items() if x in plan.runs[n].experiments]),
-                              ('finetune', [s for j, s in jobs if x in plan.runs[j['run']].experiments])):
-            rows.append(dict(experiment=x, stage=stage, **{k: states.count(k) for k in ('done', 'running', 'stale', 'to_do')}))
+    for x in sorted({x for e in plan.evals for x in plan.experiments_of(e)}):
+        for stage, found in (('pretrain', [s for n, s in pre.items() if x in plan.runs[n].experiments]),
+                             ('finetune', [s for e, s in states if x in plan.experiments_of(e)])):
+            rows.append(dict(experiment=x, stage=stage, **{k: found.count(k) for k in ('done', 'running', 'stale', 'to_do')}))
     return pd.DataFrame(rows)
 
 # %% ../nbs/04_study.ipynb #e95932b6
 class PretrainJob:
     "One pretraining run as a `submitit` job: every Slurm task calls it; on preemption or timeout `checkpoint` requeues it."
-    def __init__(self, params: dict): self.params = params     # flat `PretrainConfig` values
+    def __init__(self, params: dict): self.params = params     # `pretrain_config` parameters (`pretrain_params`)
 
     def __call__(self) -> str:
-        import os
-        from mlmclm.core import build_config
-        from mlmclm.pretrain import PretrainConfig, pretrain
+        from mlmclm.pretrain import pretrain
         if int(os.environ.get('SLURM_NTASKS', '1')) > 1:   # one run over all tasks of the job
             import submitit
             submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-        return str(pretrain(build_config(PretrainConfig, self.params)))
+        return str(pretrain(pretrain_config(**self.params)))
 
     def checkpoint(self, *args, **kwargs):
         "What `submitit` requeues: the same run, which resumes from its saved state."
@@ -539,9 +490,10 @@ def pretrain_job_specs(plan: StudyPlan, root: Path,
     "One dict per pretraining run without `done.json`, parents first: run, parameters, `SlurmExecutor` settings, the runs it waits for."
     world, specs = nodes * gpus_per_node, []
     for run in plan.runs.values():
-        if (Path(root)/run.name/'done.json').is_file(): continue
+        if PretrainRun(run.name, Path(root)).done: continue
         params = dict(pretrain_params(plan, run, root), progress=False)
-        if plan.preset.startswith('paper'): params['grad_accum'] = paper_grad_accum(params['batch_size'], world)
+        cfg = pretrain_config(**params)
+        grad_accum(cfg.global_batch, cfg.batch_size, world)                   # refused here, not on the cluster
         slurm = dict(job_name=f'pretrain-{run.name}', nodes=nodes, gpus_per_node=gpus_per_node,
                      ntasks_per_node=gpus_per_node, cpus_per_task=8, time=timeout_min, signal_delay_s=180,
                      additional_parameters=dict(requeue=True), **({'partition': partition} if partition else {}))
@@ -564,46 +516,13 @@ def submit_pretrain_jobs(plan: StudyPlan, root: Path, folder: Path, **sizes) -> 
     return jobs
 
 # %% ../nbs/04_study.ipynb #d32f102b
-_PER_JOB = ('checkpoint', 'checkpoint_name', 'tasks', 'lrs', 'seeds', 'results', 'device', 'progress', 'save_retriever')
-
-def _finetune_defaults() -> dict:
-    "The fine-tuning config's own defaults (the paper's protocol) for every setting a job does not set itself."
-    from mlmclm.finetune import FinetuneConfig
-    return {f.name: f.default for f in dataclasses.fields(FinetuneConfig)
-            if f.name not in _PER_JOB and f.default is not dataclasses.MISSING}
-
-
 def finetune_params(plan: StudyPlan, e: EvalPoint, root: Path, **overrides) -> dict:
-    """Flat parameters of the fine-tuning notebook for evaluation point `e`: the config's defaults (the paper's
-    protocol, not the notebook's quick CPU values), the plan's overrides, `e`'s protocol cell, then `overrides`."""
-    p = _finetune_defaults()
-    p.update(checkpoint=e.source or str(checkpoint_dir(plan, root, e.run, e.step)), checkpoint_name=e.recorded_name,
-             tasks=','.join(e.datasets), lrs=','.join(str(x) for x in plan.lrs),
+    """Parameters of the fine-tuning notebook (and `finetune_config`) for evaluation point `e`: the plan's preset,
+    the checkpoint, its datasets, the plan's LRs and seeds, the plan's overrides, `e`'s protocol cell, then `overrides`."""
+    p = dict(preset=plan.finetune_preset, checkpoint=e.source or str(checkpoint_dir(plan, root, e.run, e.step)),
+             checkpoint_name=e.recorded_name, tasks=','.join(e.datasets), lrs=','.join(str(x) for x in plan.lrs),
              seeds=','.join(str(x) for x in plan.seeds), results=str(Path(root)/'results.jsonl'))
-    p.update(plan.finetune_overrides)
-    p.update(dict(e.protocol))
-    p.update(overrides)
-    return p
-
-
-def _protocol_key(cell: dict) -> tuple:
-    "A protocol cell's values in `PROTOCOL_AXES` order; an axis not named: the paper's value."
-    return tuple(cell.get(a, v[0]) for a, v in PROTOCOL_AXES.items())
-
-
-def _done_rows(results: Path) -> set:
-    "(checkpoint, dataset, lr, seed, attention, pooling) of every row in the store (no column or value: the paper's)."
-    from mlmclm.results import load_results
-    df = load_results(results)
-    if df.empty: return set()
-    cells = [df[a].fillna(v[0]) if a in df else [v[0]] * len(df) for a, v in PROTOCOL_AXES.items()]
-    return set(zip(df.checkpoint_name, df.dataset, df.lr.round(12), df.seed, *cells))
-
-
-def _wanted_rows(plan: StudyPlan, e: EvalPoint) -> set:
-    "The rows `_done_rows` must hold for evaluation point `e` to be finished."
-    return {(e.recorded_name, d, round(lr, 12), s) + _protocol_key(dict(e.protocol))
-            for d in e.datasets for lr in plan.lrs for s in plan.seeds}
+    return p | plan.finetune_overrides | dict(e.protocol) | overrides
 
 
 @contextlib.contextmanager
@@ -619,22 +538,48 @@ def torch_threads(n: int | None):
             else: os.environ[k] = v
 
 
+@contextlib.contextmanager
+def _step_bar(metrics: Path, total: int, desc: str, show: bool):
+    "A bar of a pretraining run's steps, fed from its `metrics.jsonl` while the notebook trains it in another process."
+    from tqdm.auto import tqdm
+    bar, stop = tqdm(total=total, desc=desc, unit='step', leave=False, disable=not show), threading.Event()
+    def follow():
+        while not stop.wait(1.0):
+            steps = [r.get('step', 0) for r in read_jsonl(metrics)] if metrics.is_file() else []
+            if steps: bar.n = max(steps); bar.refresh()
+    watcher = threading.Thread(target=follow, name='mlmclm-step-bar', daemon=True)
+    if show: watcher.start()
+    try: yield
+    finally:
+        stop.set()
+        if show: watcher.join()
+        bar.close()
+
+
+def _run_pretraining(plan: StudyPlan, root: Path, run: PlannedRun, progress: bool = False) -> None:
+    "Pretrain `run` through its notebook unless it is done or a live worker holds it (then that worker finishes it)."
+    if PretrainRun(run.name, root).status() in ('done', 'running'): return
+    # each launcher its own notebook: two that race for one run must not write one file
+    out = root/'notebooks'/f'pretrain-{run.name}-{HOST}-{os.getpid()}.ipynb'
+    params = dict(pretrain_params(plan, run, root), progress=False)
+    try:
+        with _step_bar(root/run.name/'metrics.jsonl', params['total_steps'], run.name, progress):
+            run_notebook('02_pretrain.ipynb', params, out)
+    except Exception as e:   # another worker claimed the run between our look and its start: leave it to them
+        if getattr(e, 'ename', None) != ClaimHeld.__name__: raise
+        out.unlink(missing_ok=True)
+
+
 def _run_item(plan: StudyPlan, root: Path, kind: str, item,
-              tag: str = '',   # appended to the executed notebook's name (a helper's: its process id)
+              tag: str = '',          # appended to the executed notebook's name (a helper's: its process id)
+              progress: bool = False, # a bar of the steps of a pretraining run
              ) -> None:
     "Run one pretraining run or one evaluation point's fine-tuning, unless it is done or in other hands."
-    if kind == 'pretrain':
-        if (root/item.name/'done.json').is_file() or _state(run_claim_path(root, item.name), 1800) == 'running': return
-        params = dict(pretrain_params(plan, item, root), progress=False)
-        try: run_notebook('02_pretrain.ipynb', 'mlmclm.pretrain', params, root/'notebooks'/f'pretrain-{item.name}.ipynb')
-        except Exception as e:   # another worker claimed the run between our look and its start: leave it to them
-            if getattr(e, 'ename', None) != 'ClaimHeld': raise
-        return
-    if _wanted_rows(plan, item) <= _done_rows(root/'results.jsonl'): return
+    if kind == 'pretrain': return _run_pretraining(plan, root, item, progress)
+    if not missing(root/'results.jsonl', point_runs(plan, item), warn=False): return
     if item.source is None and not checkpoint_dir(plan, root, item.run, item.step).is_dir(): return   # still pretrained elsewhere
-    # several workers may fine-tune one checkpoint at once: each claims (task, lr, seed) runs in the store
-    run_notebook('03b_finetune.ipynb', 'mlmclm.finetune', finetune_params(plan, item, root),
-                 root/'notebooks'/f'finetune-{item.name}{tag}.ipynb')
+    # several workers may fine-tune one checkpoint at once: each claims its runs in the store
+    run_notebook('03b_finetune.ipynb', finetune_params(plan, item, root), root/'notebooks'/f'finetune-{item.name}{tag}.ipynb')
 
 
 def _walk(plan: StudyPlan, root: Path, kind: str, items: list, progress: bool, tag: str = '') -> None:
@@ -642,7 +587,7 @@ def _walk(plan: StudyPlan, root: Path, kind: str, items: list, progress: bool, t
     from tqdm.auto import tqdm
     for item in (bar := tqdm(items, desc=f'{kind} ({plan.preset})', unit='run', disable=not progress)):
         bar.set_postfix_str(item.name)
-        _run_item(plan, root, kind, item, tag)
+        _run_item(plan, root, kind, item, tag, progress)
 
 
 def _finetune_helper(plan: StudyPlan, root: Path) -> None:
@@ -765,7 +710,7 @@ def main(argv: list[str] | None = None) -> None:
     p_status = sub.add_parser('status', help='done / running / stale / to-do per experiment')
     _selection_args(p_status)
     p_status.add_argument('--root', help='study folder (default runs/study-<preset>)')
-    p_status.add_argument('--lease-s', type=float, default=1800.0, help='a claim silent this long (another host) is stale')
+    p_status.add_argument('--lease-s', type=float, default=LEASE_S, help='a claim silent this long (another host) is stale')
     args = parser.parse_args(argv)
     try:
         plan = get_plan(args.preset)

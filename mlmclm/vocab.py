@@ -14,9 +14,9 @@ from .core import ConfigError
 
 # %% auto #0
 __all__ = ['OBJECTIVES', 'SIZE_ORDER', 'CONTROL', 'SIZES', 'RATIOS', 'BUDGETS', 'E3_STEPS', 'CPT_STEPS', 'FULL_BUDGET',
-           'FAMILIES', 'PAPER_DATASETS', 'PAPER_TASKS', 'EMBEDDED_TASKS', 'PAPER_LRS', 'PAPER_SEEDS', 'ADAMW',
-           'PRETRAIN', 'FINETUNE', 'FINETUNE_OPTIONS', 'PROTOCOL', 'Phase', 'parse_schedule', 'phase_at',
-           'switch_steps', 'RunName', 'kilo_steps', 'run_name', 'parse_run_name', 'describe_checkpoint',
+           'FAMILIES', 'PAPER_DATASETS', 'PAPER_TASKS', 'EMBEDDED_TASKS', 'PAPER_LRS', 'PAPER_SEEDS', 'TRAIN_ON',
+           'ADAMW', 'PRETRAIN', 'FINETUNE', 'FINETUNE_OPTIONS', 'PROTOCOL_AXES', 'PROTOCOL', 'Phase', 'parse_schedule',
+           'phase_at', 'switch_steps', 'RunName', 'kilo_steps', 'run_name', 'parse_run_name', 'describe_checkpoint',
            'paper_experiments', 'paper_checkpoints', 'paper_run_names', 'AdamW', 'PretrainRecipe', 'FinetuneRecipe',
            'ProtocolOption']
 
@@ -227,6 +227,8 @@ PAPER_TASKS = tuple(d for f in FAMILIES for d in PAPER_DATASETS[f])
 EMBEDDED_TASKS = ('rt_sentiment', 'corpus_names', 'corpus_speaker', 'corpus_excerpt')   # offline, one per family: the demo's
 PAPER_LRS = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4)
 PAPER_SEEDS = (0, 1, 2, 3, 4)
+# the paper's three retrieval sets share one training: the retriever trains on MS MARCO pairs, then each set scores it
+TRAIN_ON = {'msmarco': 'msmarco_pairs', 'nq': 'msmarco_pairs', 'mldr_en': 'msmarco_pairs'}
 
 # %% ../nbs/00a_vocab.ipynb #633d497f
 @dataclass(frozen=True)
@@ -247,17 +249,18 @@ class PretrainRecipe:
     warmup_steps: int = 2000         # WSD: linear warmup ...
     decay_steps: int = 2000          # ... constant, then linear decay to 0 at the end of the budget
     seq_len: int = 1024
+    global_batch: int = 2304         # rows per optimizer step, all GPUs together
     batch_size: int = 12             # rows per GPU per micro-batch
-    grad_accum: int = 24             # x 8 GPUs: 2,304 rows per step
-    gpus: int = 8
+    gpus: int = 8                    # what the authors ran on (MI250X); any count that divides the batch will do
     seed: int = 42
     data: str = 'HuggingFaceFW/fineweb-edu'          # FineWeb-Edu (English); the subset is not stated
+    data_subset: str = 'sample-350BT'                # our choice: holds unique tokens for every run (see the token store)
     tokenizer: str = 'meta-llama/Meta-Llama-3-8B'    # the Llama-3 tokenizer (128,256 entries; gated on the hub)
     cpt_warmup_steps: int = 200      # our choice: the paper gives no CPT schedule (re-warmup: the optimizer is new)
     cpt_decay_steps: int = 2000      # our choice, as for the main runs
 
     @property
-    def rows_per_step(self) -> int: return self.batch_size * self.grad_accum * self.gpus
+    def grad_accum(self) -> int: return self.global_batch // (self.batch_size * self.gpus)   # 24 on the authors' 8 GPUs
 
 
 ADAMW = AdamW()
@@ -349,6 +352,9 @@ FINETUNE_OPTIONS = {
         "paper (mean pooling); retrieval: SentenceTransformer's default Pooling(mean) in RetrievalEval; the sequence "
         'classification head of SLModel is not public'),
 }
+
+# the protocol options a study may vary between runs (the protocol ablation): each is part of a run's identity
+PROTOCOL_AXES = {a: FINETUNE_OPTIONS[a].choices for a in ('attention', 'pooling')}   # the paper's value first
 
 # the fine-tuning protocol in words, as Table 1 prints it: written from FINETUNE and FINETUNE_OPTIONS' defaults
 PROTOCOL = {'optimizer': str(ADAMW), 'schedule': f'linear: {FINETUNE_OPTIONS["warmup"]}',

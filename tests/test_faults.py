@@ -56,13 +56,14 @@ elif job['what'] == 'import':
     main(['import', job['tree'], '--results', job['store']] + job.get('args', []))
 else:                                                        # claim-protected fake work: the sweep's protocol, no torch
     import time
-    from mlmclm.results import StoreWriter, claim_work, current_rows, finetune_work, needs_run, read_rows, run_key
+    from mlmclm.results import StoreWriter, missing
+    from mlmclm.runs import FinetuneRun, claim_work
     units = [(f"ck{u % 2}", 'sst2', 1e-4, u) for u in range(job['units'])]
     units = units[job['rotate']:] + units[:job['rotate']]
     for ck, ds, lr, seed in units:
-        keys = [run_key(dict(checkpoint_name=ck, dataset=ds, lr=lr, seed=seed))]
-        with claim_work(job['store'], finetune_work(ck, ds, lr, seed), lease_s=60) as mine:
-            if not mine or not needs_run(current_rows(read_rows(job['store'], warn=False)), keys): continue
+        run = FinetuneRun(ck, ds, (ds,), lr, seed)
+        with claim_work(job['store'], run.work, lease_s=60) as mine:
+            if not mine or not missing(job['store'], [run], warn=False): continue
             time.sleep(0.005)
             with StoreWriter(job['store'], note=job['who']) as w:   # a short-lived writer per row: many closed shards
                 w.append([dict(checkpoint_name=ck, dataset=ds, family='SC', lr=lr, seed=seed, val_score=.5,
@@ -315,12 +316,12 @@ def _store(tmp_path, text: bytes) -> Path:
 
 
 BAD_INPUTS = [   # (case, how to provoke it, what the message must say)
-    ('ft lrs infinite', lambda t, m, c: _finetune(t, m, lrs='1e-4,inf'), "lrs='1e-4,inf' holds a value that is not a finite number; allowed: learning rates > 0"),
-    ('ft lrs NaN', lambda t, m, c: _finetune(t, m, lrs='nan'), "lrs='nan' holds a value that is not a finite number"),
+    ('ft lrs infinite', lambda t, m, c: _finetune(t, m, lrs='1e-4,inf'), "lrs='1e-4,inf' holds inf; learning rates are numbers in (0, 1]"),
+    ('ft lrs NaN', lambda t, m, c: _finetune(t, m, lrs='nan'), "lrs='nan' holds nan; learning rates are numbers in (0, 1]"),
     ('ft lrs not numbers', lambda t, m, c: _finetune(t, m, lrs='1e-4,fast'), "lrs='1e-4,fast' must be a comma list of numbers"),
-    ('ft lrs negative', lambda t, m, c: _finetune(t, m, lrs='-1e-3'), "lrs='-1e-3': learning rates must be > 0"),
-    ('ft seeds fractional', lambda t, m, c: _finetune(t, m, seeds='0,0.7'), "seeds='0,0.7': seeds must be whole numbers >= 0"),
-    ('ft seeds negative', lambda t, m, c: _finetune(t, m, seeds='-1'), "seeds='-1': seeds must be whole numbers >= 0"),
+    ('ft lrs negative', lambda t, m, c: _finetune(t, m, lrs='-1e-3'), "lrs='-1e-3' holds -0.001; learning rates are numbers in (0, 1]"),
+    ('ft seeds fractional', lambda t, m, c: _finetune(t, m, seeds='0,0.7'), "seeds='0,0.7' holds 0.7; seeds are whole numbers in [0, 4294967295]"),
+    ('ft seeds negative', lambda t, m, c: _finetune(t, m, seeds='-1'), "seeds='-1' holds -1; seeds are whole numbers in [0, 4294967295]"),
     ('ft max_steps zero', lambda t, m, c: _finetune(t, m, max_steps=0), 'max_steps=0 is out of range; allowed: >= 1'),
     ('ft batch_size a word', lambda t, m, c: _finetune(t, m, batch_size='big'), "batch_size='big' has type str; expected int"),
     ('ft attention unknown', lambda t, m, c: _finetune(t, m, attention='sideways'), "attention='sideways' is not allowed; choose one of"),

@@ -51,7 +51,7 @@ def test_papermill_finetunes_all_four_families(checkpoint, tmp_path):
 @pytest.mark.parametrize('values, message', [
     (dict(tasks='SC,sentiment'), "unknown task 'sentiment'"),
     (dict(lrs=''), "lrs='' is empty"),
-    (dict(lrs='1e-4,-1'), 'learning rates must be > 0'),
+    (dict(lrs='1e-4,-1'), "lrs='1e-4,-1' holds -1; learning rates are numbers in (0, 1]"),
     (dict(checkpoint='./runs/no-such-checkpoint'), "checkpoint='./runs/no-such-checkpoint' does not exist"),
     (dict(batch_size=32, micro_batch_size=5), 'must be a multiple of micro_batch_size=5'),
 ])

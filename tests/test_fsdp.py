@@ -6,11 +6,12 @@ import torch
 
 from mlmclm.core import build_config, project_root, read_json, read_jsonl
 from mlmclm.model import load
-from mlmclm.pretrain import PretrainConfig, pretrain
+from mlmclm.pretrain import pretrain
+from mlmclm.runs import PretrainConfig
 
 ROOT = project_root()
-COMMON = dict(size='tiny', schedule='biphasic', clm_steps=3, total_steps=6, seq_len=32, batch_size=4, warmup_steps=1,
-              decay_steps=2, save_every=2, log_every=1, progress=False, prefetch=0)
+COMMON = dict(size='tiny', schedule='biphasic', clm_steps=3, total_steps=6, seq_len=32, global_batch=8, batch_size=4, warmup_steps=1,
+              decay_steps=2, save_every=2, log_every=1, progress=False, prefetch=0, lr=5e-4, data='embedded')
 
 
 def _torchrun(args, tmp_path):
@@ -31,7 +32,7 @@ def test_two_gloo_processes_under_fsdp_save_resume_and_match_one_process(tmp_pat
     record = read_json(tmp_path/'two'/'run.json')
     assert record['ran_on']['sharding'] == 'fsdp2' and record['ran_on']['processes'] == 2
     assert [m['step'] for m in read_jsonl(tmp_path/'two'/'metrics.jsonl')] == list(range(1, 7))
-    one = pretrain(build_config(PretrainConfig, {**COMMON, 'out_dir': str(tmp_path), 'run_id': 'one', 'grad_accum': 2}))
+    one = pretrain(build_config(PretrainConfig, {**COMMON, 'out_dir': str(tmp_path), 'run_id': 'one'}))   # 2 micro-batches
     a, b = load(one/'checkpoints'/'step-6').state_dict(), load(tmp_path/'two'/'checkpoints'/'step-6').state_dict()
     diff = max((a[k] - b[k]).abs().max().item() for k in a)
     assert diff < 1e-5, diff        # the same rows and masks; only the order of float sums differs

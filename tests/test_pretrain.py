@@ -10,7 +10,8 @@ import torch
 
 from mlmclm.core import ConfigError, build_config, project_root, read_jsonl
 from mlmclm.model import load
-from mlmclm.pretrain import PretrainConfig, check_pretrain_config, paper_config, pretrain
+from mlmclm.pretrain import check_pretrain_config, pretrain
+from mlmclm.runs import PretrainConfig, grad_accum, paper_preset, pretrain_config
 from mlmclm.study import PretrainJob, demo_plan, main, paper_plan, pretrain_job_specs
 from mlmclm.vocab import paper_run_names
 
@@ -33,38 +34,25 @@ def _max_diff(a, b):
 
 
 def test_two_gloo_processes_equal_one_process_with_twice_the_accumulation(tmp_path):
-    common = SMALL + ['schedule=biphasic', 'clm_steps=3', 'total_steps=6', f'out_dir={tmp_path}']
+    "One config (8 rows per step, micro-batches of 4) trains the same batch on one process and on two."
+    common = SMALL + ['schedule=biphasic', 'clm_steps=3', 'total_steps=6', 'global_batch=8', f'out_dir={tmp_path}']
     two = subprocess.run([PY, '-m', 'torch.distributed.run', '--nproc_per_node', '2', '-m', 'mlmclm.pretrain', 'run',
-                          *common, 'run_id=two', 'grad_accum=1'], capture_output=True, text=True, cwd=ROOT, timeout=300)
+                          *common, 'run_id=two'], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert two.returncode == 0, two.stderr[-3000:]
-    one = _run(common + ['run_id=one', 'grad_accum=2'])
+    one = _run(common + ['run_id=one'])
     assert one.returncode == 0, one.stderr[-3000:]
-    run = json.loads((tmp_path/'two'/'run.json').read_text())
-    assert run['config']['grad_accum'] == 1
+    batch = {n: json.loads((tmp_path/n/'run.json').read_text())['batch'] for n in ('one', 'two')}
+    assert batch == dict(one=dict(global_batch=8, micro_batch=4, grad_accum=2, processes=1),
+                         two=dict(global_batch=8, micro_batch=4, grad_accum=1, processes=2))
     diff = _max_diff(_weights(tmp_path/'one'/'checkpoints'/'step-6'), _weights(tmp_path/'two'/'checkpoints'/'step-6'))
     assert diff < 1e-5, diff        # same rows, same masks; only the order of float sums differs
-
-
-def test_papermill_biphasic_line_works_and_rejects_typos(tmp_path):
-    pm = Path(PY).with_name('papermill')
-    out = subprocess.run([str(pm), 'nbs/02_pretrain.ipynb', str(tmp_path/'out.ipynb'), '-p', 'schedule', 'biphasic',
-                          '-p', 'total_steps', '40', '-p', 'warmup_steps', '4', '-p', 'decay_steps', '8', '-p', 'checkpoint_steps', '20', '-p', 'out_dir', str(tmp_path), '-p', 'run_id', 'pm'],
-                         capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    objectives = [m['objective'] for m in read_jsonl(tmp_path/'pm'/'metrics.jsonl')]
-    assert objectives[0] == 'clm' and objectives[-1] == 'mlm'          # clm_fraction defaults to 0.25
-    assert (tmp_path/'pm'/'checkpoints'/'step-10').is_dir() and (tmp_path/'pm'/'checkpoints'/'step-40').is_dir()
-    bad = subprocess.run([str(pm), 'nbs/02_pretrain.ipynb', str(tmp_path/'bad.ipynb'), '-p', 'mask_ration', '0.3',
-                          '-p', 'out_dir', str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert bad.returncode != 0
-    assert "unknown parameter 'mask_ration' (did you mean 'mask_ratio'?)" in bad.stderr + bad.stdout
 
 
 def test_a_short_run_needs_only_total_steps_and_runs_quietly(tmp_path, capfd, caplog):
     """Issue 14: `-p total_steps 4` alone trains (warmup, decay, checkpoints, saves derived); no kernel log in the
     terminal, and no papermill warning for a parameter the config knows but the parameters cell does not list."""
     from mlmclm.study import run_notebook
-    out = run_notebook('02_pretrain.ipynb', 'mlmclm.pretrain', dict(total_steps=4, seq_len=32, batch_size=4, log_every=1,
+    out = run_notebook('02_pretrain.ipynb', dict(total_steps=4, seq_len=32, batch_size=4, log_every=1,
                        out_dir=str(tmp_path), run_id='short'), tmp_path/'short.ipynb')
     assert [m['step'] for m in read_jsonl(tmp_path/'short'/'metrics.jsonl')] == [1, 2, 3, 4]
     assert sorted(p.name for p in (tmp_path/'short'/'checkpoints').iterdir()) == ['step-1', 'step-2', 'step-4']
@@ -99,14 +87,19 @@ def test_committed_paper_configs_match_the_code():
     for name in names:
         text = (folder/f'{name}.yaml').read_text()
         values = {k: json.loads(v) for k, v in (line.split(': ', 1) for line in text.splitlines()[1:])}
-        assert values == paper_config(name), name
+        assert values == paper_preset(name), name
 
 
 def test_non_finite_loss_stops_with_a_clear_message(tmp_path):
-    res = _run(SMALL + ['schedule=clm', 'total_steps=4', 'lr=1e30', 'warmup_steps=0', 'decay_steps=0',
-                        'grad_clip=0', f'out_dir={tmp_path}', 'run_id=nan', 'save_every=1'])
+    "A start checkpoint with one NaN weight: the first loss is NaN, and the run stops there, saying so."
+    from mlmclm.model import build_model, save
+    model = build_model('tiny', vocab_size=256)
+    with torch.no_grad(): model.model.layers[0].mlp.up_proj.weight[0, 0] = float('nan')
+    save(model, tmp_path/'nan-ckpt')
+    res = _run(SMALL + ['schedule=clm', 'total_steps=4', f'init_from={tmp_path/"nan-ckpt"}', 'tokenizer=embedded',
+                        f'out_dir={tmp_path}', 'run_id=nan', 'save_every=1'])
     assert res.returncode != 0
-    assert 'non-finite loss' in res.stderr
+    assert 'non-finite loss nan at step 1' in res.stderr, res.stderr[-2000:]
 
 
 # ---------------------------------------------------------------- pretraining on Slurm
@@ -117,8 +110,9 @@ def test_the_sbatch_files_say_nodes_gpus_time_partition_requeue_and_the_signal(t
     for line in ('--nodes=4', '--gpus-per-node=8', '--ntasks-per-node=8', '--time=2880', '--partition=gpu',
                  '--requeue', '--signal=USR2@180', f"--job-name=pretrain-{spec['run']}"):
         assert f'#SBATCH {line}\n' in text, line
-    assert spec['params']['grad_accum'] == 2304 // (12 * 32) and spec['params']['run_id'] == spec['run']
-    assert spec['params']['out_dir'] == str(tmp_path) and spec['params']['data_subset'] == 'sample-350BT'
+    cfg = pretrain_config(**spec['params'])
+    assert (cfg.global_batch, grad_accum(cfg.global_batch, cfg.batch_size, 32), cfg.run_id) == (2304, 6, spec['run'])
+    assert cfg.out_dir == str(tmp_path) and cfg.data_subset == 'sample-350BT'
 
 
 class _FakeSlurm:
@@ -150,7 +144,7 @@ def test_a_preempted_job_is_requeued_and_resumes_to_the_weights_of_an_uninterrup
                   save_every=2, log_every=1, progress=False, prefetch=0, out_dir=str(tmp_path))
     straight = Path(PretrainJob(dict(params, run_id='straight'))())
     job = PretrainJob(dict(params, run_id='preempted'))
-    pretrain(build_config(PretrainConfig, dict(job.params, stop_at_step=4)))     # the session Slurm preempts
+    pretrain(pretrain_config(**job.params, stop_at_step=4))                      # the session Slurm preempts
     requeued = job.checkpoint()                                                  # what submitit resubmits ...
     requeued.dump(tmp_path/'submission.pkl')                                     # ... through a pickle
     type(requeued).load(tmp_path/'submission.pkl').result()

@@ -4,8 +4,8 @@ import json
 import re
 
 from mlmclm.core import project_root
-from mlmclm.finetune import FinetuneConfig
-from mlmclm.vocab import FINETUNE, FINETUNE_OPTIONS, PROTOCOL
+from mlmclm.runs import FinetuneConfig, finetune_config, finetune_grid
+from mlmclm.vocab import FINETUNE, FINETUNE_OPTIONS, PAPER_LRS, PAPER_SEEDS, PROTOCOL
 
 DOC = (project_root()/'nbs'/'protocol.md').read_text()
 
@@ -25,10 +25,13 @@ def test_the_document_names_every_option_with_its_default_and_alternatives():
 
 
 def test_finetune_config_takes_its_defaults_from_the_protocol_constants():
+    "The protocol options default to the paper's; the `paper` preset's budget is the protocol's (the defaults: the demo's)."
     fields = {f.name: f for f in dataclasses.fields(FinetuneConfig)}
     for name, option in FINETUNE_OPTIONS.items():
         assert fields[name].default == option.default and fields[name].metadata['choices'] == option.choices
-    assert fields['batch_size'].default == FINETUNE.batch_size and fields['eval_every'].default == FINETUNE.eval_every
+    paper = finetune_config('paper')
+    assert (paper.batch_size, paper.eval_every, paper.max_steps, paper.max_eval_examples) == (FINETUNE.batch_size, FINETUNE.eval_every, None, None)
+    assert finetune_grid(paper) == (list(PAPER_LRS), list(PAPER_SEEDS))
 
 
 def test_table_1_is_written_from_the_same_constants():

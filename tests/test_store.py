@@ -9,7 +9,8 @@ import pytest
 
 import mlmclm.finetune as ft
 import mlmclm.results as res
-from mlmclm.core import ConfigError, append_jsonl, try_claim, run_claim_path
+from mlmclm.core import ConfigError, append_jsonl
+from mlmclm.runs import PretrainRun
 from mlmclm.results import load_results, read_examples, read_rows
 
 from test_store_items import tiny_cfg, tiny_checkpoint
@@ -96,7 +97,7 @@ def test_status_command_counts_per_experiment(tmp_path, capsys):
     from mlmclm.study import main
     root = tmp_path/'study'
     (root/'tiny-clm-42k').mkdir(parents=True); (root/'tiny-clm-42k'/'done.json').write_text('{}')
-    held = try_claim(run_claim_path(root, 'tiny-mlm40-42k'))
+    held = PretrainRun('tiny-mlm40-42k', root).try_claim()
     try: main(['status', '--preset', 'demo', '--experiments', 'E1', '--root', str(root)])
     finally: held.release()
     out = capsys.readouterr().out

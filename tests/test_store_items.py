@@ -98,7 +98,7 @@ def test_item4_two_checkpoints_of_one_run_are_both_fine_tuned(tmp_path):
     for ck in (s20, s40): ft.finetune_sweep(tiny_cfg(tmp_path, checkpoint=str(ck)))
     res = load_results(tmp_path/'results.jsonl')
     assert len(res) == 2 and res.checkpoint_name.nunique() == 2
-    assert ft._default_name(tiny_cfg(tmp_path, checkpoint=str(s20))) != ft._default_name(tiny_cfg(tmp_path, checkpoint=str(s40)))
+    assert ft.recorded_name(tiny_cfg(tmp_path, checkpoint=str(s20))) != ft.recorded_name(tiny_cfg(tmp_path, checkpoint=str(s40)))
 
 
 # ---- 5. non-finite inputs pass fine-tuning ----

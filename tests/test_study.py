@@ -8,6 +8,7 @@ import pytest
 
 from mlmclm.core import ConfigError, project_root, read_jsonl
 from mlmclm.results import read_rows
+from mlmclm.runs import finetune_config
 from mlmclm.study import (PRESETS, build_plan, describe, finetune_jobs, finetune_params, get_plan, launch, paper_plan,
                           protocol_ablation_plan, select)
 from mlmclm.vocab import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS
@@ -40,8 +41,8 @@ def test_the_cheaper_grid_is_a_preset():
 @pytest.mark.parametrize('preset, n', [('paper', 18000), ('paper-15120', 15120), ('protocol-ablation', 4320)])
 def test_slurm_jobs_cover_every_finetuning_run_once(preset, n):
     plan = PRESETS[preset]()
-    rows = [(j['checkpoint'], t, j['lr'], j['seed']) for j in finetune_jobs(plan) for t in j['tasks'].split(',')]
-    assert len(rows) == len(set(rows)) == n
+    rows = [(e.name, d, run.lr, run.seed) for e, run in finetune_jobs(plan) for d in run.datasets]
+    assert len(rows) == len(set(rows)) == n == len({k for _, run in finetune_jobs(plan) for k in run.keys})
     assert set(rows) == set(plan.finetune_runs())
 
 
@@ -58,7 +59,8 @@ def test_protocol_ablation_plan_without_running_it(tmp_path):
         assert (p['checkpoint'], p['checkpoint_name']) == (e.source, e.source.split('/')[1])
         assert (p['attention'], p['pooling']) == (dict(e.protocol)['attention'], dict(e.protocol)['pooling'])
         assert (p['lrs'], p['seeds'], p['tasks']) == (','.join(map(str, PAPER_LRS)), '0,1,2,3,4', ','.join(PAPER_TASKS))
-        assert p['max_steps'] is None and p['max_eval_examples'] is None   # the paper's protocol (train_steps), not the demo's
+        cfg = finetune_config(**p)
+        assert cfg.max_steps is None and cfg.max_eval_examples is None   # the paper's protocol (train_steps), not the demo's
     small = protocol_ablation_plan(('MLMvsCLM/610m-clm-42k',), datasets=('sst2', 'nq'), lrs=(1e-4,), seeds=(0, 1))
     assert small.counts()['finetuning_runs'] == 1 * 6 * 2 * 1 * 2
     assert len(select(plan, pattern='610m-mlm40-42k@causal-*').evals) == 3
@@ -74,8 +76,8 @@ def test_selection_errors_name_the_bad_value():
 def _tiny_plan():
     return build_plan('unit', {'E1': ['tiny-clm-42k', 'tiny-mlm40-42k']}, ('rt_sentiment',), ('rt_sentiment',),
                       lrs=(1e-3,), seeds=(0,), step_scale=1 / 2000,   # 42k steps -> 21, warmup/decay -> 1
-                      pretrain_overrides=dict(seq_len=32, batch_size=4, lr=2e-3, data='embedded', tokenizer=None,
-                                              save_every=10, log_every=5),
+                      pretrain_preset='demo', finetune_preset='demo',
+                      pretrain_overrides=dict(seq_len=32, batch_size=4, lr=2e-3, data='embedded', save_every=10, log_every=5),
                       finetune_overrides=dict(max_steps=3, eval_every=3, max_eval_examples=20))
 
 
@@ -83,7 +85,7 @@ def test_launcher_skips_finished_runs_and_resumes_the_rest(tmp_path):
     plan = _tiny_plan()
     first = select(plan, pattern='tiny-clm-*')              # an "interrupted" study: only one branch got done
     launch(first, tmp_path, progress=False)
-    done_nb = tmp_path/'notebooks'/'pretrain-tiny-clm-42k.ipynb'
+    done_nb, = (tmp_path/'notebooks').glob('pretrain-tiny-clm-42k-*.ipynb')      # named after its launcher (host, pid)
     stamp = done_nb.stat().st_mtime_ns
     assert (tmp_path/'tiny-clm-42k'/'done.json').is_file()
     assert not (tmp_path/'tiny-mlm40-42k').exists()
