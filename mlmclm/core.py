@@ -173,10 +173,13 @@ def append_jsonl(path: str | Path, row: dict) -> None:
     "Append one JSON row to `path` as a single write, then flush it to disk."
     append_lines(path, [to_json(row, indent=None)])
 
-def jsonl_rows(path: str | Path) -> tuple[list[tuple[int, dict]], list[str]]:
+def jsonl_rows(path: str | Path,
+               data: bytes | None = None,  # the file's bytes, when the caller has read them already
+              ) -> tuple[list[tuple[int, dict]], list[str]]:
     "(line number, row) for each JSON-object line of `path`, and a 'line N: why' for each other line; a torn last line is neither."
-    try: data = Path(path).read_bytes()
-    except FileNotFoundError: return [], []
+    if data is None:
+        try: data = Path(path).read_bytes()
+        except FileNotFoundError: return [], []
     *lines, tail = data.split(b'\n')            # `tail`: after the last newline; b'' when the file ends cleanly
     rows, problems = [], []
     for i, raw in enumerate(lines + [tail], 1):
@@ -266,14 +269,15 @@ def _create_exclusive(path: Path, text: str) -> bool:
 def _remove_if_same(path: Path, raw: bytes) -> bool:
     "Remove `path` if it still holds `raw`; if another worker replaced it meanwhile, leave theirs in place."
     aside = path.with_name(f'.{path.name}.{uuid.uuid4().hex}.aside')
-    try: os.rename(path, aside)
-    except FileNotFoundError: return False
-    same = aside.read_bytes() == raw
-    if not same:
-        try: os.link(aside, path)                  # we moved a fresh claim: give it back, unless a newer one is there
-        except FileExistsError: pass
-    aside.unlink()
-    return same
+    try:
+        os.rename(path, aside)
+        same = aside.read_bytes() == raw
+        if not same:
+            try: os.link(aside, path)              # we moved a fresh claim: give it back, unless a newer one is there
+            except FileExistsError: pass
+        aside.unlink()
+        return same
+    except FileNotFoundError: return False         # gone already (or the whole claims folder was removed)
 
 def claim_state(path: str | Path, lease_s: float) -> tuple[str, dict | None, bytes]:
     "('free' | 'running' | 'stale', the claim's content, its raw bytes) of the claim file at `path`."
@@ -284,8 +288,11 @@ def claim_state(path: str | Path, lease_s: float) -> tuple[str, dict | None, byt
     except ValueError: info = None
     alive = owner_alive(info)
     if alive is not None: return ('running' if alive else 'stale'), info, raw
-    lease = max(lease_s, info.get('lease_s', 0) if isinstance(info, dict) else 0)
-    return ('running' if fs_now(path.parent) - mtime < lease else 'stale'), info, raw
+    own = info.get('lease_s') if isinstance(info, dict) else None     # the lease its owner asked for, if a number
+    lease = max(lease_s, own) if isinstance(own, (int, float)) and not isinstance(own, bool) and own == own else lease_s
+    try: now = fs_now(path.parent)
+    except FileNotFoundError: return 'free', None, b''               # its folder was removed meanwhile
+    return ('running' if now - mtime < lease else 'stale'), info, raw
 
 # %% ../nbs/00_core.ipynb #af08e269
 @dataclasses.dataclass
@@ -324,11 +331,19 @@ def try_claim(path: str | Path,    # the claim file (its folder is created)
               note: str = '',      # what is claimed, for people reading the file
              ) -> Claim | None:
     "Claim the work named by `path` atomically (taking over a stale claim); None if a live worker holds it."
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    path = Path(path)
     info = dict(this_process(), started=utc_now(), lease_s=lease_s, note=note, token=uuid.uuid4().hex)
     text = to_json(info, indent=None) + '\n'
-    for _ in range(5):
-        if _create_exclusive(path, text): return Claim(path, text.encode(), lease_s).start()
+    tries, vanished = 0, 0
+    while tries < 5:
+        path.parent.mkdir(parents=True, exist_ok=True)   # each time: someone may have removed the claims folder
+        try: created = _create_exclusive(path, text)
+        except FileNotFoundError:                        # ... just now: make it again
+            vanished += 1
+            if vanished > 100: raise
+            continue
+        if created: return Claim(path, text.encode(), lease_s).start()
+        tries += 1
         state, _, raw = claim_state(path, lease_s)
         if state == 'running': return None
         if state == 'stale': _remove_if_same(path, raw)

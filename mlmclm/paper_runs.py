@@ -18,8 +18,8 @@ import pandas as pd
 
 from .core import ConfigError, assets_dir, atomic_path, atomic_write_text, read_jsonl, to_json
 from .vocab import FAMILIES, PAPER_DATASETS, describe_checkpoint, parse_run_name
-from .results import (DEFAULT_SELECTION, SELECTIONS, StoreWriter, check_store_path, code_version, current_rows,
-                            family_scores, load_results, read_rows, run_key)
+from .results import (DEFAULT_SELECTION, SELECTIONS, StoreWriter, check_store_path, code_version, counted,
+                            current_rows, family_scores, load_results, read_rows, row_problem, run_key)
 
 # %% auto #0
 __all__ = ['RUN_DIR', 'NOT_IN_PAPER', 'KNOWN_DATASETS', 'reported_scores', 'parse_result_path', 'read_result_file', 'import_tree',
@@ -117,7 +117,9 @@ def import_tree(root: str | Path,           # the `results/` folder of a clone o
     with StoreWriter(store, note=f'import {root}') as writer:
         for f in tqdm(files, desc='import', unit='file', disable=not progress):
             rel = str(f.relative_to(root))
-            try: row = dict(parse_result_path(f, root), **read_result_file(f), source='authors')   # theirs, not ours
+            try:
+                row = dict(parse_result_path(f, root), **read_result_file(f), source='authors')   # theirs, not ours
+                if row_problem(row): raise ValueError(f'not a run the results store accepts ({row_problem(row)})')
             except ValueError as e: skipped.append(dict(path=rel, reason=str(e))); continue
             if run_key(row) in seen: continue
             seen.add(run_key(row))
@@ -159,9 +161,7 @@ def write_fixture_tree(root: str | Path, models=('610m-mlm40-42k', '610m-clm-42k
 # %% ../nbs/03c_paper_runs.ipynb #1d4618b8
 def paper_rows(results: pd.DataFrame) -> pd.DataFrame:
     "The rows that count in the paper's aggregation: no dataset outside the paper's 12 (e.g. the authors' `qed`)."
-    keep = ~results.dataset.isin(NOT_IN_PAPER)
-    if 'in_paper' in results: keep &= results.in_paper.astype(object).ne(False)   # our own rows have no flag (NaN)
-    return results[keep]
+    return counted(results[~results.dataset.isin(NOT_IN_PAPER)])   # by name too: stores imported before the flag
 
 
 def compare_with_paper(results: pd.DataFrame, reported: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -13,6 +13,7 @@ import os
 import re
 import time
 import uuid
+import warnings
 import zlib
 from functools import lru_cache
 from pathlib import Path
@@ -20,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import (HOST, LEASE_S, ConfigError, WriteError, append_lines, atomic_path, atomic_write_text, claim,
-                         claim_state, fs_now, git_commit, jsonl_rows, owner_alive, this_process, to_json, utc_now,
-                         warn_lines)
+from .core import (HOST, LEASE_S, ClaimHeld, ConfigError, WriteError, append_lines, atomic_path, atomic_write_text,
+                         claim, claim_state, fs_now, git_commit, jsonl_rows, owner_alive, this_process, to_json,
+                         utc_now, warn_lines)
 from .vocab import PROTOCOL_AXES
 from .runs import FinetuneRun, run_key, shard_dir
 
@@ -30,9 +31,9 @@ from .runs import FinetuneRun, run_key, shard_dir
 __all__ = ['RESULT_KEYS', 'RESULT_COLUMNS', 'SELECTIONS', 'DEFAULT_SELECTION', 'check_store_path', 'row_problem', 'scan_store',
            'read_rows', 'current_rows', 'load_results', 'unique_runs', 'tidy_results', 'read_results', 'code_version',
            'writer_id', 'StoreWriter', 'read_examples', 'checkpoint_identity', 'check_checkpoint_name', 'missing',
-           'shard_state', 'compact', 'store_health', 'describe_health', 't_interval', 'select_lr', 'aggregate',
-           'seed_family_scores', 'family_scores', 'lr_curve', 'lr_sensitivity', 'protocol_cell', 'protocol_cells',
-           'diff_interval', 'bootstrap_intervals', 'main']
+           'shard_state', 'compact', 'store_health', 'describe_health', 'counted', 't_interval', 'select_lr',
+           'aggregate', 'seed_family_scores', 'family_scores', 'lr_curve', 'lr_sensitivity', 'protocol_cell',
+           'protocol_cells', 'diff_interval', 'bootstrap_intervals', 'main']
 
 # %% ../nbs/03a_results.ipynb #8be1669b
 RESULT_KEYS = ('checkpoint_name', 'dataset', 'lr', 'seed')
@@ -43,25 +44,32 @@ RESULT_COLUMNS = ['checkpoint_name', 'dataset', 'family', 'lr', 'seed', 'val_sco
 
 
 def check_store_path(store: str | Path) -> Path:
-    "The path of a results store to write to; refused unless it names a JSON-lines file (`.jsonl`)."
+    """The path of a results store to write to, through any symbolic link (so that a linked store stays one store:
+    its shards beside the file, not beside the link); refused unless it names a JSON-lines file (`.jsonl`)."""
     p = Path(store)
     if p.suffix != '.jsonl':
         what = 'a CSV table' if p.suffix == '.csv' else f"a '{p.suffix}' file" if p.suffix else 'a path without a suffix'
         raise ConfigError(f'results={str(store)!r} names {what}; a results store is JSON lines: give a path ending in .jsonl')
-    return p
+    return p.resolve()
 
 def _row_files(store) -> list[Path]:
     "Row files in the order a reader must visit them while a `compact` may run: shards, shards being merged, the main file."
     d = shard_dir(store)
-    shards = [f for g in (d, d/'compacting') for f in sorted(g.glob('*.jsonl')) if not f.name.endswith('.scores.jsonl')]
-    return shards + [Path(store)]
+    shards = [f for g in (d, d/'compacting') for f in sorted(g.glob('*.jsonl'))
+              if not f.name.endswith('.scores.jsonl') and not f.is_dir()]
+    return shards + [Path(store).resolve()]
 
 def _score_files(store) -> list[Path]:
     d = shard_dir(store)
-    return [*sorted(d.glob('*.scores.jsonl')), *sorted((d/'compacting').glob('*.scores.jsonl')), Path(store).with_suffix('.scores.jsonl')]
+    return [*sorted(d.glob('*.scores.jsonl')), *sorted((d/'compacting').glob('*.scores.jsonl')), d.with_suffix('.scores.jsonl')]
+
 
 # %% ../nbs/03a_results.ipynb #850ce85c
 def _number(x) -> bool: return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+# the store's own bookkeeping fields: when present, each must have its type (readers sort and chain rows by them)
+_BOOKKEEPING = {'row_id': (str, 'a row id'), 'written_at': (str, 'a time string'), 'supersedes': (str, 'a reason'),
+                'generation': (int, 'a whole number >= 1'), 'in_paper': (bool, 'true or false')}
 
 def row_problem(row: dict) -> str | None:
     "Why `row` is not a complete result row; None if it is one."
@@ -74,19 +82,31 @@ def row_problem(row: dict) -> str | None:
         return f"seed={row['seed']!r} is not a whole number >= 0"
     for k in ('val_score', 'test_score'):
         if not _number(row[k]) or not 0 <= row[k] <= 1: return f'{k}={row[k]!r} is not a number in [0, 1]'
+    for k, (kind, what) in _BOOKKEEPING.items():
+        v = row.get(k)
+        wrong = not isinstance(v, kind) or (kind is int and (isinstance(v, bool) or v < 1))
+        if v is not None and wrong: return f'{k}={v!r} is not {what}'
     return None
 
-def _line_no(problem: str) -> int: return int(problem.split()[1].rstrip(':'))
+def _is_header(r: dict) -> bool:
+    "A shard's header or closing line: exactly `{'_writer': ...}` or `{'_closed': ...}`; anything else is a row."
+    return len(r) == 1 and next(iter(r)) in ('_writer', '_closed')
+
+def _line_no(problem: str) -> int: return int(problem.split()[1].rstrip(':')) if problem.startswith('line ') else 0
 
 def _read_row_files(store) -> list[tuple[Path, list, list]]:
     """(file, rows, problems) of every row file, read as one consistent view. A `compact` may move a shard into
     `compacting/` and merge it into the main file between our listing and our reading; a listed shard that is gone
-    when read means exactly that, so the store is read again (its rows are then in `compacting/` or the main file)."""
+    when read means exactly that, so the store is read again (its rows are then in `compacting/` or the main file).
+    A symbolic link to nothing is not a moved shard: it is named, as a file that cannot be read."""
+    main = Path(store).resolve()
     for _ in range(100):
         files, vanished = [], False
         for f in _row_files(store):
             rows, bad = jsonl_rows(f)
-            if not rows and not bad and f != Path(store) and not f.exists(): vanished = True; break
+            if f != main and not rows and not bad and not f.exists():
+                if not f.is_symlink(): vanished = True; break
+                bad = [f'a symbolic link to {os.readlink(f)}, which does not exist']
             files.append((f, rows, bad))
         if not vanished: return files
         time.sleep(0.01)
@@ -98,7 +118,7 @@ def scan_store(store: str | Path) -> tuple[list[dict], dict]:
     found, problems = [], {}
     for f, rows, bad in _read_row_files(store):
         for line, row in rows:
-            if any(k.startswith('_') for k in row): continue             # a shard's header or closing line
+            if _is_header(row): continue
             why = row_problem(row)
             if why: bad.append(f'line {line}: {why}')
             else: found.append(row)
@@ -112,13 +132,23 @@ def read_rows(store: str | Path, warn: bool = True) -> list[dict]:
         for f, bad in problems.items(): warn_lines(f, bad, 'incomplete or unreadable')
     return rows
 
-def current_rows(rows: list[dict]) -> dict[str, dict]:
-    "Run key -> the row that counts: the first complete row, unless a later forced re-run (`supersedes`) replaced it."
-    out = {}
+def _chains(rows: list[dict]) -> dict[str, tuple[dict, int]]:
+    """Run key -> (the row that counts, its generation). A first run is generation 0; a forced re-run records the
+    generation it replaced plus one (read from the store when written, so no clock orders re-runs); a re-run of an
+    older store without one counts one above the re-runs read before it. The highest generation counts; among
+    equals (two re-runs raced, or duplicate first runs), the first read."""
+    out, legacy = {}, {}
     for r in rows:
         k = run_key(r)
-        if k not in out or r.get('supersedes'): out[k] = r
+        g = 0 if not r.get('supersedes') else r.get('generation') or legacy.get(k, 0) + 1
+        if r.get('supersedes'): legacy[k] = max(legacy.get(k, 0), g)
+        if k not in out or g > out[k][1]: out[k] = (r, g)
     return out
+
+def current_rows(rows: list[dict]) -> dict[str, dict]:
+    "Run key -> the row that counts: the first complete row, unless a forced re-run (`supersedes`) replaced it."
+    return {k: r for k, (r, _) in _chains(rows).items()}
+
 
 # %% ../nbs/03a_results.ipynb #3a6cb242
 def load_results(path: str | Path) -> pd.DataFrame:
@@ -137,10 +167,11 @@ def unique_runs(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def tidy_results(results: pd.DataFrame) -> pd.DataFrame:
-    "The columns figures need, sorted: the small table committed beside rendered figures."
+    "The columns figures need (and `in_paper` where rows carry it), sorted: the small table committed beside rendered figures."
     df = unique_runs(results).copy()
     if 'source' not in df: df['source'] = 'ours'
-    return df[RESULT_COLUMNS].sort_values(['checkpoint_name', 'dataset', 'lr', 'seed']).reset_index(drop=True)
+    cols = RESULT_COLUMNS + (['in_paper'] if 'in_paper' in df else [])
+    return df[cols].sort_values(['checkpoint_name', 'dataset', 'lr', 'seed']).reset_index(drop=True)
 
 
 def read_results(path: str | Path) -> pd.DataFrame:
@@ -165,6 +196,8 @@ def _row_line(row: dict) -> str:
     "The JSON line of a complete row; ValueError naming what is wrong otherwise."
     why = row_problem(row)
     if why: raise ValueError(f'refusing to store an incomplete result row ({why}): {row}')
+    under = [k for k in row if k.startswith('_')]
+    if under: raise ValueError(f"refusing to store run {run_key(row)}: keys {under} begin with '_', which marks a shard's header lines")
     bad = [k for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)]
     if bad: raise ValueError(f'refusing to store run {run_key(row)}: {bad} are not finite numbers (not valid JSON)')
     return to_json(row, indent=None, allow_nan=False)
@@ -181,6 +214,14 @@ def _scores_array(entry: dict) -> np.ndarray:
     return np.frombuffer(zlib.decompress(base64.b64decode(entry['f32_zlib_b64'])), dtype='<f4').copy()
 
 # %% ../nbs/03a_results.ipynb #13f4bc54
+def _supersession(chains: dict, row: dict, reason: str) -> dict:
+    "What a forced re-run of `row` records: its reason, the generation after the row that counts now, and that row's id."
+    now, g = chains.get(run_key(row), (None, 0))
+    out = dict(supersedes=reason, generation=g + 1)
+    if now is not None and now.get('row_id'): out['supersedes_row'] = now['row_id']
+    return out
+
+
 class StoreWriter:
     "This process's append-only shard of a results store (rows, and their per-example scores beside them)."
     def __init__(self, store: str | Path, note: str = ''):
@@ -200,11 +241,14 @@ class StoreWriter:
     def append(self, rows: list[dict], supersedes: str | None = None) -> list[dict]:
         "Stamp and append `rows` (one write, fsynced); `supersedes`: the reason of a deliberate re-run."
         if self.closed: raise ValueError(f'writer {self.id} is closed')
+        for r in rows:
+            if row_problem(r): _row_line(r)              # raises, naming what is incomplete, before anything is read
+        chains = _chains(read_rows(self.store, warn=False)) if supersedes else {}
         stamped, per_example = [], []
         for r in rows:
             self.n += 1
             r = dict(r, row_id=f'{self.id}/{self.n}', writer=self.id, host=HOST, written_at=utc_now())
-            if supersedes: r['supersedes'] = supersedes
+            if supersedes: r.update(_supersession(chains, r, supersedes))
             per_example.append({k[:-len('_scores_i')]: r.pop(k) for k in [k for k in r if k.endswith('_scores_i')]})
             stamped.append(r)
         lines = [_row_line(r) for r in stamped]          # refuses an incomplete row before anything is written
@@ -235,7 +279,7 @@ def read_examples(store: str | Path, split: str = 'test') -> dict[str, np.ndarra
     for f in _score_files(store):
         for _, e in jsonl_rows(f)[0]:
             if e.get('split') == split and 'row_id' in e: by_row[e['row_id']] = e
-    legacy = Path(f'{store}.examples.npz')
+    legacy = Path(f'{Path(store).resolve()}.examples.npz')
     out = dict(np.load(legacy)) if split == 'test' and legacy.is_file() else {}
     for key, row in current.items():
         if row.get('row_id') in by_row: out[key] = _scores_array(by_row[row['row_id']])
@@ -279,9 +323,9 @@ def missing(store: str | Path,            # the results store
 # %% ../nbs/03a_results.ipynb #94168900
 def shard_state(f: Path, abandoned_after_s: float | None = None, now: float | None = None) -> str:
     "'closed', 'dead' (its writer no longer runs on this host), 'abandoned' (silent too long) or 'open'."
-    rows = [r for _, r in jsonl_rows(f)[0]]
-    if any('_closed' in r for r in rows): return 'closed'
-    header = next((r['_writer'] for r in rows if '_writer' in r), None)
+    heads = [r for _, r in jsonl_rows(f)[0] if _is_header(r)]
+    if any('_closed' in r for r in heads): return 'closed'
+    header = next((r['_writer'] for r in heads if '_writer' in r), None)
     if owner_alive(header) is False: return 'dead'
     if abandoned_after_s is not None and now is not None:
         try:
@@ -290,45 +334,120 @@ def shard_state(f: Path, abandoned_after_s: float | None = None, now: float | No
     return 'open'
 
 
-def _merge(target: Path, sources: list[Path], is_row) -> tuple[list[str], list[str]]:
-    "Rewrite `target` with its lines and those of `sources`, each row once; returns (kept lines, rejected lines)."
-    kept, seen, rejected = [], set(), []
-    for f in [target, *sources]:
-        try: raw = f.read_bytes().split(b'\n')
-        except FileNotFoundError: continue
-        rows, problems = jsonl_rows(f)
-        rejected += [f'{f.name}:{p}\n    {raw[_line_no(p) - 1].decode("utf-8", "backslashreplace")}' for p in problems]
-        if raw[-1].strip() and (not rows or rows[-1][0] != len(raw)):
-            rejected.append(f'{f.name}:line {len(raw)}: torn last line\n    {raw[-1].decode("utf-8", "backslashreplace")}')
-        for line, r in rows:
-            if any(k.startswith('_') for k in r): continue
-            why = is_row(r)
-            if why: rejected.append(f'{f.name}:line {line}: {why}\n    {to_json(r, indent=None)}'); continue
-            ident = r.get('row_id') or to_json(r, indent=None)
-            if ident not in seen: seen.add(ident); kept.append(to_json(r, indent=None))
-    if sources or rejected:
-        with atomic_path(target) as tmp: Path(tmp).write_text(''.join(l + '\n' for l in kept), encoding='utf-8')
+def _take_shards(store: Path, abandoned_after_s: float | None) -> list[Path]:
+    "Move the shards that will not grow, with their scores, into `compacting/`; returns the row shards taken."
+    d = shard_dir(store); now = fs_now(d)
+    taken = [f for f in _row_files(store)[:-1]     # a symbolic link to nothing is left where it is (readers name it)
+             if f.parent == d and f.exists() and shard_state(f, abandoned_after_s, now) != 'open']
+    (d/'compacting').mkdir(exist_ok=True)
+    for f in taken:
+        for g in (f, f.with_suffix('.scores.jsonl')):
+            if g.exists(): os.replace(g, d/'compacting'/g.name)
+    return taken
+
+
+def _shown(f: Path) -> str:
+    "`f`'s name as text whatever bytes it holds (a byte that is not UTF-8 shows as \\xNN)."
+    return os.fsencode(f.name).decode('utf-8', 'backslashreplace')
+
+
+def _file_rows(f: Path, data: bytes, is_row) -> tuple[list[dict], list[str]]:
+    "The rows in `data` (the bytes of `f`) that `is_row` accepts, headers left out; every other line, named."
+    rows, problems = jsonl_rows(f, data)
+    raw = data.split(b'\n')
+    text = lambda n: raw[n - 1].decode('utf-8', 'backslashreplace')
+    rejected = [f'{_shown(f)}:{p}\n    {text(_line_no(p))}' for p in problems]
+    if raw[-1].strip() and (not rows or rows[-1][0] != len(raw)):
+        rejected.append(f'{_shown(f)}:line {len(raw)}: torn last line\n    {text(len(raw))}')
+    kept = []
+    for line, r in rows:
+        if _is_header(r): continue
+        why = is_row(r)
+        if why: rejected.append(f'{_shown(f)}:line {line}: {why}\n    {to_json(r, indent=None)}')
+        else: kept.append(r)
     return kept, rejected
+
+
+def _read_from(fd: int, offset: int) -> bytes:
+    chunks = []
+    while chunk := os.pread(fd, 1 << 20, offset): chunks.append(chunk); offset += len(chunk)
+    return b''.join(chunks)
+
+
+def _appended(fd: int, offset: int) -> bytes:
+    "What was appended to the file open at `fd` beyond `offset`; a last line still being written is given a second."
+    for _ in range(20):
+        tail = _read_from(fd, offset)
+        if not tail or tail.endswith(b'\n'): break
+        time.sleep(0.05)
+    return tail
+
+
+# %% ../nbs/03a_results.ipynb #1b285b0c
+def _merge(target: Path, sources: list[Path], is_row, ident, held) -> tuple[int, list[str], bytes]:
+    """Rewrite `target` with its rows and those of `sources`, each once (by `ident`), if this compaction still
+    `held()` its claim; returns (rows kept, rejected lines, bytes appended to the replaced `target` meanwhile)."""
+    try: fd = os.open(target, os.O_RDONLY | (os.O_CREAT if sources else 0), 0o666)
+    except FileNotFoundError: return 0, [], b''
+    try:
+        base = _read_from(fd, 0)                   # read once, through `fd`: later appends to this file are found below
+        kept, seen, rejected = [], set(), []
+        for f in [target, *sources]:
+            try: data = base if f == target else f.read_bytes()
+            except FileNotFoundError: continue
+            rows, bad = _file_rows(f, data, is_row)
+            rejected += bad
+            for r in rows:
+                if ident(r) not in seen: seen.add(ident(r)); kept.append(to_json(r, indent=None))
+        if not sources and not rejected: return len(kept), rejected, b''
+        with atomic_path(target) as tmp:
+            with open(tmp, 'w', encoding='utf-8') as out:
+                out.write(''.join(line + '\n' for line in kept)); out.flush(); os.fsync(out.fileno())
+            if not held():
+                raise ClaimHeld(f'{target}: this compaction lost its claim (silent longer than its lease, another one took '
+                                f'over); it stopped before replacing {target.name}, so nothing is lost: the shards it '
+                                f'moved stay in compacting/ for the next compaction')
+        return len(kept), rejected, _appended(fd, len(base))
+    finally: os.close(fd)
+
+
+def _keep_appended(store: Path, rows: bytes, scores: bytes) -> None:
+    "Lines appended to the main files while compact replaced them (a writer of an earlier release): a closed shard."
+    d, wid = shard_dir(store), writer_id()
+    head = to_json({'_writer': dict(this_process(), id=wid, note=f'appended to {store.name} during a compaction',
+                                    started=utc_now(), code=code_version())}, indent=None).encode() + b'\n'
+    end = to_json({'_closed': utc_now()}, indent=None).encode() + b'\n'
+    for f, tail in ((d/f'{wid}.scores.jsonl', scores), (d/f'{wid}.jsonl', rows)):   # scores first, as writers do
+        if tail:
+            with atomic_path(f) as tmp: Path(tmp).write_bytes(head + tail + (b'' if tail.endswith(b'\n') else b'\n') + end)
+    n = rows.count(b'\n') + scores.count(b'\n')
+    warnings.warn(f'{n} line(s) were appended to {store} directly while compact replaced it (a writer of an earlier '
+                  f'release?); they are kept in {d}/{wid}.jsonl for the next compact. Writers of this release append '
+                  f'only to shards: upgrade that writer', stacklevel=3)
+
+
+def _row_ident(r: dict): return r.get('row_id') or to_json(r, indent=None)
+def _scores_ident(e: dict): return (e['row_id'], e.get('split'))   # a run's validation and test scores share its row id
+def _scores_problem(e: dict): return None if {'row_id', 'f32_zlib_b64'} <= set(e) else 'not a scores entry'
 
 
 def compact(store: str | Path, abandoned_after_s: float | None = None) -> dict:
     "Merge finished writers' shards into `store` (replaced atomically) and remove them; safe while writers run."
-    store = check_store_path(store); d = shard_dir(store); moving = d/'compacting'
-    with claim(d/'claims'/'compact.claim', lease_s=600, note='compact'):
-        now = fs_now(d)
-        taken = [f for f in _row_files(store)[:-1] if f.parent == d and shard_state(f, abandoned_after_s, now) != 'open']
-        moving.mkdir(exist_ok=True)
-        for f in taken:
-            for g in (f, f.with_suffix('.scores.jsonl')):
-                if g.exists(): os.replace(g, moving/g.name)
-        sources = sorted(moving.glob('*.jsonl'))
-        rows, rejected = _merge(store, [f for f in sources if not f.name.endswith('.scores.jsonl')], row_problem)
-        _, rejected_scores = _merge(store.with_suffix('.scores.jsonl'), [f for f in sources if f.name.endswith('.scores.jsonl')],
-                                    lambda e: None if {'row_id', 'f32_zlib_b64'} <= set(e) else 'not a scores entry')
+    store = check_store_path(store); d = shard_dir(store)
+    with claim(d/'claims'/'compact.claim', lease_s=600, note='compact') as held:
+        taken = _take_shards(store, abandoned_after_s)
+        sources = sorted((d/'compacting').glob('*.jsonl'))
+        scores = [f for f in sources if f.name.endswith('.scores.jsonl')]
+        rows, rejected, appended = _merge(store, [f for f in sources if f not in scores], row_problem, _row_ident, held.held)
+        _, rejected_scores, appended_scores = _merge(d.with_suffix('.scores.jsonl'), scores, _scores_problem,
+                                                     _scores_ident, held.held)
         rejected += rejected_scores
+        if appended or appended_scores: _keep_appended(store, appended, appended_scores)
         if rejected: atomic_write_text(d/f"rejected-{writer_id()}.txt", '\n'.join(rejected) + '\n')
-        for f in sources: f.unlink()
-    return dict(shards=len(taken), rows=len(rows), rejected=len(rejected))
+        if held.held():                            # else the compaction that took over merges (or merged) them
+            for f in sources: f.unlink(missing_ok=True)
+    return dict(shards=len(taken), rows=rows, rejected=len(rejected))
+
 
 # %% ../nbs/03a_results.ipynb #6da1fa82
 def store_health(store: str | Path, lease_s: float = LEASE_S) -> dict:
@@ -336,7 +455,7 @@ def store_health(store: str | Path, lease_s: float = LEASE_S) -> dict:
     rows, problems = scan_store(store)
     current = current_rows(rows)
     d = shard_dir(store)
-    shards = [f for f in _row_files(store)[:-1] if f.parent == d]
+    shards = [f for f in _row_files(store)[:-1] if f.parent == d and f.exists()]
     claims = sorted((d/'claims').glob('*.claim')) if d.is_dir() else []
     count = lambda xs: {k: xs.count(k) for k in sorted(set(xs))}
     return dict(store=str(store), rows=len(rows), runs=len(current),
@@ -367,6 +486,12 @@ SELECTIONS = {'per_seed': "each seed's own best LR on validation; test mean and 
 DEFAULT_SELECTION = 'per_seed'   # reproduces the paper's printed SC scores from the authors' runs (see above)
 
 
+def counted(results: pd.DataFrame) -> pd.DataFrame:
+    "The rows that count toward the paper's families: all but those marked `in_paper=False` (the authors' `qed`)."
+    if 'in_paper' not in results: return results
+    return results[results.in_paper.astype(object).ne(False)]     # our own rows carry no flag (missing: they count)
+
+
 def t_interval(values) -> tuple[float, float, float]:
     "(mean, low, high): the 95% t-interval of the mean of `values` (NaN bounds below two values)."
     from scipy import stats
@@ -383,10 +508,10 @@ def select_lr(results: pd.DataFrame,
              ) -> pd.DataFrame:
     "One row per (checkpoint, dataset, seed): the test score at the selected learning rate."
     if selection not in SELECTIONS: raise ConfigError(f'selection={selection!r}; choose one of {list(SELECTIONS)}')
-    df = unique_runs(results).dropna(subset=['val_score'])   # a run stored twice is one run, not two seeds
     keys = ['checkpoint_name', 'dataset']
+    df = unique_runs(counted(results)).dropna(subset=['val_score'])   # a run stored twice is one run, not two seeds
     # sorted, so that a tie in validation goes to the smaller LR whatever order the store holds the rows in
-    df = results.dropna(subset=['val_score']).sort_values(keys + ['seed', 'lr']).reset_index(drop=True)
+    df = df.sort_values(keys + ['seed', 'lr']).reset_index(drop=True)
     if selection == 'mean':
         lr_means = df.groupby(keys + ['lr'], as_index=False).val_score.mean()
         best = lr_means.loc[lr_means.groupby(keys).val_score.idxmax(), keys + ['lr']]
@@ -425,7 +550,7 @@ def family_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> 
 
 def lr_curve(results: pd.DataFrame) -> pd.DataFrame:
     "Seed-mean test score at each LR, averaged over a family's datasets: (checkpoint, family, lr, score)."
-    per_ds = unique_runs(results).groupby(['checkpoint_name', 'family', 'dataset', 'lr'], as_index=False).test_score.mean()
+    per_ds = unique_runs(counted(results)).groupby(['checkpoint_name', 'family', 'dataset', 'lr'], as_index=False).test_score.mean()
     out = per_ds.groupby(['checkpoint_name', 'family', 'lr'], as_index=False).test_score.mean()
     return out.rename(columns={'checkpoint_name': 'checkpoint', 'test_score': 'score'})
 
@@ -505,7 +630,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.command == 'health': print(describe_health(store_health(args.store, args.lease_s)))
         else: print(compact(args.store, args.abandoned_after))
-    except (ConfigError, OSError) as e: p.exit(2, f'error: {e}\n')
+    except (ConfigError, ClaimHeld, OSError) as e: p.exit(2, f'error: {e}\n')
 
 # %% ../nbs/03a_results.ipynb #5e039ae4
 if __name__ == '__main__' and not hasattr(__import__('builtins'), '__IPYTHON__'): main()

@@ -1,7 +1,14 @@
 """Fault injection on the results store (issue 15): SIGKILL of a fine-tuning sweep and of an import mid-way, concurrent
 sweeps and writers on one store, a compaction killed or racing writers, writes failing with ENOSPC / EIO / EFBIG, and
 bad inputs to fine-tuning, import and figures. After every fault: no row lost, none duplicated, nothing finished
-redone. Pretraining's faults are in tests/test_pretrain*.py."""
+redone. Pretraining's faults are in tests/test_pretrain*.py.
+
+The second attack (issue 27, at the end): per-example scores kept by compaction, a compaction frozen past its lease,
+rows appended to the main file by an earlier release's writer, keys beginning with '_', forced re-runs on a host
+whose clock is off, a symlinked store, duplicates counted as seeds, rows that do not count toward the paper's
+families (issue 26), and what used to crash: a numeric `written_at`, a dangling symlink or a non-UTF-8 name among
+the shards, a claim whose `lease_s` is not a number, the claims folder removed under running workers, a run folder
+the store would refuse (`lr0_sd0`)."""
 import errno
 import json
 import os
@@ -15,6 +22,7 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -375,3 +383,313 @@ def test_a_reader_whose_listing_a_compaction_overtook_reads_again_and_misses_not
     real = res._row_files
     monkeypatch.setattr(res, '_row_files', lambda s: listings.pop() if listings else real(s))
     assert [r['seed'] for r in read_rows(store)] == [0]
+
+
+# ================================================================ second fault attack (issue 27)
+def row(ck='m', ds='sst2', lr=1e-4, seed=0, val=.8, test=.7, family='SC', **kw):
+    return dict(checkpoint_name=ck, dataset=ds, family=family, lr=lr, seed=seed, val_score=val, test_score=test, **kw)
+
+
+def quietly(f, *a, **k):
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        return f(*a, **k)
+
+
+# ---------------------------------------------------------------- 27.1: compaction keeps every per-example score
+def test_compact_keeps_the_validation_and_test_scores_of_every_run(tmp_path):
+    pr.write_fixture_tree(tmp_path/'E')
+    store = tmp_path/'results.jsonl'
+    pr.import_tree(tmp_path/'E', store, progress=False)
+    before = {s: res.read_examples(store, s) for s in ('val', 'test')}
+    assert len(before['val']) == len(before['test']) == 48
+    res.compact(store)
+    after = {s: res.read_examples(store, s) for s in ('val', 'test')}
+    for s in before:
+        assert sorted(after[s]) == sorted(before[s]), s
+        assert all(np.array_equal(after[s][k], before[s][k]) for k in before[s]), s
+    boot = res.bootstrap_intervals(load_results(store), after['test'])
+    assert boot.boot_low.notna().all()
+
+
+# ---------------------------------------------------------------- 27.2: a compaction frozen past its lease
+FROZEN_COMPACTION = r'''
+import os, signal, sys
+from contextlib import contextmanager
+import mlmclm.core as core
+core.HOST = 'frozen-host'                 # its claim looks like another host's: the lease decides when it is stale
+import mlmclm.results as res
+real_claim, real_atomic, frozen = res.claim, res.atomic_path, []
+res.claim = lambda path, lease_s=1800.0, note='': real_claim(path, lease_s=1, note=note)
+@contextmanager
+def freezing(path, *a, **k):              # frozen (SIGSTOP) after reading everything, before writing the main file
+    if not frozen: frozen.append(path); os.kill(os.getpid(), signal.SIGSTOP)
+    with real_atomic(path, *a, **k) as tmp: yield tmp
+res.atomic_path = freezing
+res.compact(sys.argv[1])
+'''
+
+
+def _stopped(pid: int) -> bool:
+    return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0] == 'T'
+
+
+def test_a_compaction_frozen_past_its_lease_does_not_overwrite_the_one_that_took_over(tmp_path, monkeypatch):
+    store = tmp_path/'results.jsonl'
+    for s in range(10):
+        with res.StoreWriter(store) as w: w.append([row(seed=s)])
+    (tmp_path/'compactor.py').write_text(FROZEN_COMPACTION)
+    p = subprocess.Popen([sys.executable, str(tmp_path/'compactor.py'), str(store)], cwd=ROOT, env=ENV,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not _stopped(p.pid):
+            assert p.poll() is None and time.time() < deadline, p.communicate()
+            time.sleep(0.05)
+        for s in range(10, 15):
+            with res.StoreWriter(store) as w: w.append([row(seed=s)])
+        time.sleep(1.5)                                         # its claim (lease 1 s) is stale now
+        real_claim = res.claim
+        monkeypatch.setattr(res, 'claim', lambda path, lease_s=1800.0, note='': real_claim(path, lease_s=1, note=note))
+        res.compact(store)                                      # takes over and merges all 15 rows
+        monkeypatch.undo()
+        assert sorted(load_results(store).seed) == list(range(15))
+    finally:
+        p.send_signal(signal.SIGCONT)
+    out, err = p.communicate(timeout=120)
+    assert sorted(load_results(store).seed) == list(range(15)), err[-2000:]
+    assert p.returncode != 0 and 'lost its claim' in err, err[-2000:]
+    res.compact(store)
+    assert sorted(load_results(store).seed) == list(range(15))
+    assert max(stored(store).values()) == 1
+
+
+# ---------------------------------------------------------------- 27.3: rows appended to the main file directly
+def test_rows_appended_to_the_main_file_while_compact_runs_are_kept(tmp_path, monkeypatch):
+    from mlmclm.core import append_jsonl
+    store = tmp_path/'results.jsonl'
+    append_jsonl(store, row(seed=0))                            # a store of the previous release: rows in the main file
+    with res.StoreWriter(store) as w: w.append([row(seed=1)])
+    real = os.replace
+    def appended_meanwhile(src, dst, *a, **k):                  # an earlier release's writer appends just before
+        if Path(dst).name == 'results.jsonl': append_jsonl(store, row(seed=2))   # the main file is replaced
+        return real(src, dst, *a, **k)
+    monkeypatch.setattr(os, 'replace', appended_meanwhile)
+    with pytest.warns(UserWarning, match='appended to .*results.jsonl directly'):
+        res.compact(store)
+    monkeypatch.undo()
+    assert sorted(load_results(store).seed) == [0, 1, 2]
+    res.compact(store)
+    assert sorted(load_results(store).seed) == [0, 1, 2] and max(stored(store).values()) == 1
+    assert list(store.with_suffix('.d').glob('*.jsonl')) == []
+
+
+APPENDER = r'''
+import sys, time
+from mlmclm.core import append_jsonl
+for s in range(int(sys.argv[2])):
+    append_jsonl(sys.argv[1], dict(checkpoint_name='old', dataset='sst2', family='SC', lr=1e-4, seed=s, val_score=.5,
+                                   test_score=.5))
+    time.sleep(0.002)
+'''
+
+
+@pytest.mark.slow
+def test_an_earlier_release_appending_to_the_main_file_loses_nothing_to_compactions(tmp_path):
+    store = tmp_path/'results.jsonl'
+    (tmp_path/'appender.py').write_text(APPENDER)
+    p = subprocess.Popen([sys.executable, str(tmp_path/'appender.py'), str(store), '400'], cwd=ROOT, env=ENV)
+    compactions = 0
+    while p.poll() is None:
+        with res.StoreWriter(store) as w: w.append([row(ck='new', seed=compactions)])
+        quietly(res.compact, store); compactions += 1
+    assert p.wait() == 0 and compactions >= 12
+    quietly(res.compact, store)
+    assert len(load_results(store).query("checkpoint_name == 'old'")) == 400
+    assert len(load_results(store).query("checkpoint_name == 'new'")) == compactions
+
+
+# ---------------------------------------------------------------- 27.4: keys beginning with '_'
+def test_a_key_beginning_with_an_underscore_is_refused_at_write_and_never_taken_for_a_header(tmp_path):
+    from mlmclm.core import append_jsonl
+    store = tmp_path/'results.jsonl'
+    with res.StoreWriter(store) as w:
+        with pytest.raises(ValueError, match=r"\['_note'\].*begin with '_'"): w.append([row(_note='x')])
+        w.append([row(seed=0)])
+    append_jsonl(store, row(seed=1, _note='an older writer'))   # rows, not headers: only {'_writer': ..} and
+    append_jsonl(store, row(seed=2, _closed='no'))              # {'_closed': ..} alone on their line are headers
+    assert sorted(load_results(store).seed) == [0, 1, 2]
+    res.compact(store)
+    assert sorted(load_results(store).seed) == [0, 1, 2]
+    shard = store.with_suffix('.d')/'x.jsonl'                   # a row with a `_closed` key does not close a shard
+    shard.write_text(json.dumps({'_writer': dict(host=res.HOST, pid=os.getpid())}) + '\n' + json.dumps(row(seed=3, _closed=1)) + '\n')
+    assert res.shard_state(shard) == 'open'
+
+
+# ---------------------------------------------------------------- 27.10: forced re-runs and clock skew
+def test_forced_re_runs_are_ordered_by_the_store_not_by_clocks(tmp_path, monkeypatch):
+    store = tmp_path/'results.jsonl'
+    key = run_key(row())
+    with res.StoreWriter(store) as w: w.append([row(test=.1)])
+    fast = lambda: time.strftime('%Y-%m-%dT%H:%M:%S.000000Z', time.gmtime(time.time() + 3600))
+    monkeypatch.setattr(res, 'utc_now', fast)                    # a host whose clock is one hour fast
+    with res.StoreWriter(store) as w: w.append([row(test=.2)], supersedes='fix A')
+    monkeypatch.undo()
+    with res.StoreWriter(store) as w: w.append([row(test=.3)], supersedes='fix B')   # later, on a right clock
+    for _ in range(2):
+        current = res.current_rows(read_rows(store))
+        assert current[key]['test_score'] == .3
+        assert not res.needs_run(current, [key], force='fix B') and res.needs_run(current, [key], force='fix A')
+        res.compact(store)
+
+
+# ---------------------------------------------------------------- 27.11: a symlinked store
+def test_a_symlinked_store_is_one_store(tmp_path):
+    real = tmp_path/'shared'/'results.jsonl'; real.parent.mkdir()
+    link = tmp_path/'mine'/'results.jsonl'; link.parent.mkdir()
+    link.symlink_to(real)
+    with res.StoreWriter(link) as w: w.append([row(seed=0, test_scores_i=[1, 0])])
+    with res.StoreWriter(real) as w: w.append([row(seed=1)])
+    assert not (tmp_path/'mine'/'results.d').exists()
+    assert sorted(load_results(link).seed) == sorted(load_results(real).seed) == [0, 1]
+    res.compact(link)
+    assert link.is_symlink() and sorted(load_results(real).seed) == [0, 1]
+    assert list(res.read_examples(link)) == list(res.read_examples(real)) == [run_key(row(seed=0))]
+    assert res.store_health(link)['runs'] == 2
+
+
+# ---------------------------------------------------------------- 27.15: duplicates are not seeds
+def test_mean_selection_counts_a_run_stored_twice_once():
+    import pandas as pd
+    runs = pd.DataFrame([row(lr=lr, seed=s, val=.5 + .1 * (lr > 1e-5), test=.5 + .1 * s) for lr in (1e-5, 1e-4) for s in range(3)])
+    for sel in res.SELECTIONS:
+        once, twice = res.aggregate(runs, sel), res.aggregate(pd.concat([runs, runs.iloc[:4]]), sel)
+        assert twice.n_seeds.item() == 3, sel
+        assert np.allclose(twice[['score', 'ci_low', 'ci_high']], once[['score', 'ci_low', 'ci_high']]), sel
+
+
+# ---------------------------------------------------------------- 27.17: crashes that should be clear errors
+def test_a_row_whose_written_at_is_a_number_is_skipped_and_named(tmp_path):
+    from mlmclm.core import append_jsonl
+    store = tmp_path/'results.jsonl'
+    with res.StoreWriter(store) as w: w.append([row(seed=0)])
+    append_jsonl(store, dict(row(seed=1), written_at=1700000000.5))
+    with pytest.warns(UserWarning, match='line 1: written_at=1700000000.5 is not a time'):
+        assert load_results(store).seed.tolist() == [0]
+    assert quietly(res.store_health, store)['unreadable'] == {str(store): 1}
+    quietly(res.compact, store)
+    assert load_results(store).seed.tolist() == [0]
+
+
+def test_a_dangling_symlink_among_the_shards_is_named(tmp_path):
+    store = tmp_path/'results.jsonl'
+    with res.StoreWriter(store) as w: w.append([row(seed=0)])
+    gone = store.with_suffix('.d')/'gone.jsonl'
+    gone.symlink_to(tmp_path/'nowhere.jsonl')
+    with pytest.warns(UserWarning, match=r'gone\.jsonl: skipped .*a symbolic link to .*nowhere\.jsonl, which does not exist'):
+        assert load_results(store).seed.tolist() == [0]
+    assert quietly(res.compact, store)['shards'] == 1
+    assert quietly(load_results, store).seed.tolist() == [0] and gone.is_symlink()
+    assert 'gone.jsonl' in res.describe_health(quietly(res.store_health, store))
+
+
+def test_a_shard_whose_file_name_is_not_utf8_is_compacted(tmp_path):
+    store = tmp_path/'results.jsonl'
+    with res.StoreWriter(store) as w: w.append([row(seed=0)])
+    d = store.with_suffix('.d')
+    shard = next(d.glob('*.jsonl'))
+    with open(shard, 'a') as f: f.write('garbage\n')
+    os.rename(shard, os.fsencode(d) + b'/bad\xff.jsonl')
+    assert quietly(res.compact, store)['rejected'] == 1
+    assert quietly(res.compact, store)['rejected'] == 0        # the next one too
+    assert list((d/'compacting').iterdir()) == [] and load_results(store).seed.tolist() == [0]
+    assert r'bad\xff.jsonl' in next(d.glob('rejected-*.txt')).read_text()
+
+
+@pytest.mark.parametrize('lease', [None, 'soon', [1], -5])
+def test_a_claim_whose_lease_is_not_a_number_is_read(tmp_path, lease):
+    import mlmclm.core as core
+    store = tmp_path/'results.jsonl'
+    c = store.with_suffix('.d')/'claims'/'x.claim'; c.parent.mkdir(parents=True)
+    c.write_text(json.dumps(dict(host='elsewhere', pid=5, lease_s=lease)))
+    assert core.claim_state(c, 60)[0] == 'running'              # fresh: the caller's lease applies
+    assert res.store_health(store)['claims'] == {'running': 1}
+    os.utime(c, (time.time() - 120, time.time() - 120))
+    assert core.claim_state(c, 60)[0] == 'stale'
+    held = core.try_claim(c, 60)
+    assert held is not None; held.release()
+
+
+def test_workers_recreate_a_deleted_claims_folder(tmp_path, monkeypatch):
+    import shutil
+    import mlmclm.core as core
+    store = tmp_path/'results.jsonl'
+    path = res.work_claim_path(store, 'unit')
+    for name in ('_create_exclusive', 'fs_now'):                # `rm -rf results.d/claims` at the worst moments
+        if name == 'fs_now':                                    # a stale claim to read first (its owner is gone)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(dict(host='elsewhere', pid=1, lease_s=1)))
+            os.utime(path, (time.time() - 60, time.time() - 60))
+        real, calls = getattr(core, name), []
+        def removing(*a, real=real, calls=calls, **k):
+            if not calls: calls.append(1); shutil.rmtree(path.parent, ignore_errors=True)
+            return real(*a, **k)
+        monkeypatch.setattr(core, name, removing)
+        with res.claim_work(store, 'unit', lease_s=60) as mine: assert mine, name
+        monkeypatch.undo()
+        assert calls and not path.exists()
+
+
+REMOVER = r'''
+import shutil, sys, time
+while True:
+    shutil.rmtree(sys.argv[1], ignore_errors=True); time.sleep(0.01)
+'''
+
+
+@pytest.mark.slow
+def test_workers_carry_on_while_the_claims_folder_is_deleted_again_and_again(tmp_path, worker):
+    store = tmp_path/'results.jsonl'
+    (tmp_path/'remover.py').write_text(REMOVER)
+    remover = subprocess.Popen([sys.executable, str(tmp_path/'remover.py'), str(store.with_suffix('.d')/'claims')])
+    try:
+        procs = [worker(dict(what='fake', store=str(store), units=150, rotate=i * 50, who=f'w{i}')) for i in range(3)]
+        for p in procs:
+            out, err = p.communicate(timeout=600)
+            assert p.returncode == 0, err[-3000:]
+    finally:
+        remover.kill(); remover.wait()
+    keys = {run_key(dict(checkpoint_name=f'ck{u % 2}', dataset='sst2', lr=1e-4, seed=u)) for u in range(150)}
+    assert set(stored(store)) == keys                           # every unit done (some twice: their claims were deleted)
+
+
+# ---------------------------------------------------------------- 27.18: a run folder the store would refuse
+def test_a_run_folder_of_learning_rate_zero_is_skipped_and_named(tmp_path):
+    pr.write_fixture_tree(tmp_path/'E')
+    zero = tmp_path/'E'/'results'/'610m-clm-42k'/'SC'/'sst2'/'lr0_sd0'; zero.mkdir()
+    (zero/'results.json').write_text('{"validation": {"score": 0.5}, "test": {"score": 0.5}}')
+    report = pr.import_tree(tmp_path/'E', tmp_path/'results.jsonl', progress=False)
+    assert report['imported'] == 48 and len(report['skipped']) == 4
+    reason = next(s['reason'] for s in report['skipped'] if 'lr0_sd0' in s['path'])
+    assert 'lr=0.0 is not a finite number > 0' in reason
+
+
+# ---------------------------------------------------------------- 26: rows that do not count toward the paper's families
+def test_rows_outside_the_papers_families_count_in_no_aggregation(tmp_path):
+    import pandas as pd
+    pr.write_fixture_tree(tmp_path/'E')
+    for lr in (1e-5, 1e-4):
+        for s in range(3):                                      # the authors' `qed`: a QA set the paper leaves out
+            run = tmp_path/'E'/'results'/'610m-clm-42k'/'QA'/'qed'/f'lr{lr:.0e}_sd{s}'; run.mkdir(parents=True)
+            (run/'results.json').write_text(json.dumps({'validation': {'score': .1}, 'test': {'score': .1, 'scores_i': [0.] * 50}}))
+    store = tmp_path/'results.jsonl'
+    pr.import_tree(tmp_path/'E', store, progress=False)
+    every = load_results(store)
+    paper = every[every.dataset != 'qed']
+    assert len(every) == len(paper) + 6
+    for f in (res.aggregate, res.seed_family_scores, res.family_scores, res.lr_curve, res.lr_sensitivity,
+              lambda r: res.bootstrap_intervals(r, res.read_examples(store))):
+        pd.testing.assert_frame_equal(f(every).reset_index(drop=True), f(paper).reset_index(drop=True))
+    assert res.tidy_results(every).in_paper.eq(False).sum() == 6   # the tidy table keeps the flag for the figures
+    tidy = tmp_path/'results.csv'; res.tidy_results(every).to_csv(tidy, index=False)
+    pd.testing.assert_frame_equal(res.family_scores(res.read_results(tidy)), res.family_scores(paper))
