@@ -194,13 +194,8 @@ def _stylesheet() -> str:
     return STYLE + HtmlFormatter(style='default').get_style_defs('.highlight') + '\n'
 
 
-def write_html(out: Path, nbs: Path = NBS, root: Path = ROOT) -> list[str]:
-    "Build the site into `out` (replacing an earlier build); returns its problems (`check_site`)."
-    out = Path(out)
-    earlier = (out/MARKER).is_file() or all(p.suffix == '.html' for p in out.glob('*')) if out.exists() else True
-    if not earlier:   # an earlier build has the marker (or, from before it, only .html files): anything else is kept
-        raise SystemExit(f'{out} exists and was not built by this script; give an empty or new folder')
-    build = Path(tempfile.mkdtemp(prefix=f'.{out.name}.', dir=out.parent if out.parent.exists() else None))
+def _build(build: Path, nbs: Path, root: Path) -> None:
+    "Every page, the files they link to, the stylesheet and the marker, into the empty folder `build`."
     sources, copies = _sources(nbs), {}
     for src in sources:
         toc = []
@@ -213,8 +208,23 @@ def write_html(out: Path, nbs: Path = NBS, root: Path = ROOT) -> list[str]:
         shutil.copy2(file, build/rel)
     (build/'style.css').write_text(_stylesheet(), encoding='utf-8')
     (build/MARKER).write_text('built by .ci/docs.py html; a rebuild replaces this folder\n', encoding='utf-8')
-    if out.exists(): shutil.rmtree(out)
-    build.rename(out)
+
+
+def write_html(out: Path, nbs: Path = NBS, root: Path = ROOT) -> list[str]:
+    "Build the site into `out` (replacing an earlier build); returns its problems (`check_site`)."
+    out = Path(out)
+    earlier = (out/MARKER).is_file() or all(p.suffix == '.html' for p in out.glob('*')) if out.exists() else True
+    if not earlier:   # an earlier build has the marker (or, from before it, only .html files): anything else is kept
+        raise SystemExit(f'{out} exists and was not built by this script; give an empty or new folder')
+    out.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=f'.{out.name}.', dir=out.parent))   # beside `out`: the swap is a rename
+    try:
+        _build(build, nbs, root)
+        build.chmod(0o755)
+        if out.exists(): shutil.rmtree(out)
+        build.rename(out)
+    finally:
+        if build.exists(): shutil.rmtree(build)   # a failed build leaves the previous site as it was
     return check_site(out)
 
 

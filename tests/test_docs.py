@@ -98,6 +98,17 @@ def test_a_link_to_nothing_fails_the_build(tmp_path):
                         'protocol.html: img src="../../outside.png" leaves the site'], problems
 
 
+def test_a_failed_build_leaves_the_previous_site_and_no_debris(tmp_path):
+    nbs = _project(tmp_path/'proj')
+    site = tmp_path/'site'
+    assert docs.write_html(site, nbs, tmp_path/'proj') == []
+    before = sorted(p.relative_to(site) for p in site.rglob('*'))
+    (nbs/'02_bad.ipynb').write_text('{not json')
+    with pytest.raises(Exception): docs.write_html(site, nbs, tmp_path/'proj')
+    assert sorted(p.relative_to(site) for p in site.rglob('*')) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['proj', 'site']
+
+
 def test_the_checker_finds_every_kind_of_broken_reference(tmp_path):
     site = tmp_path/'site'
     site.mkdir()
