@@ -28,7 +28,10 @@ setuptools.setup(
                  'Intended Audience :: ' + cfg['audience'].title(),
                  'Natural Language :: ' + cfg['language'].title()]
                 + ['Programming Language :: Python :: ' + v for v in py_versions[py_versions.index(min_python):]],
-    packages=setuptools.find_packages(include=[cfg['lib_name'], cfg['lib_name'] + '.*']),
+    # namespace discovery: asset folders without an __init__.py (the tokenizer) are packages too, so their files ship
+    packages=setuptools.find_namespace_packages(include=[cfg['lib_name'], cfg['lib_name'] + '.*'], exclude=['*.__pycache__']),
+    package_dir={'': '.'},   # the package sits at the root: `pip install -e .` puts the root on sys.path (a .pth file), not
+                             # an import-hook finder, which setuptools announces with a warning
     include_package_data=True,
     package_data={cfg['lib_name']: ['assets/*', 'assets/**/*']},
     install_requires=req('requirements'),

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
 import seaborn as sns
@@ -25,10 +26,10 @@ from .results import (DEFAULT_SELECTION, PROTOCOL_AXES, SELECTIONS, aggregate, d
 from .paper_runs import paper_rows, reported_scores
 
 # %% auto #0
-__all__ = ['KIND_COLORS', 'PAPER_MARKER', 'TABLE_GROUPS', 'COMPARISONS', 'split_control', 'study_scores', 'control_scores',
-           'draw_control', 'setup_style', 'save_figure', 'scale_note', 'fig_overview', 'fig_mlm_vs_clm',
-           'fig_mask_ratio', 'fig_data_efficiency', 'paper_flops_per_step', 'fig_lr_stability', 'fig_biphasic',
-           'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest', 'protocol_gaps',
+__all__ = ['KIND_COLORS', 'KIND_LABELS', 'PAPER_MARKERS', 'PAPER_MARKER', 'TABLE_GROUPS', 'COMPARISONS', 'split_control',
+           'study_scores', 'control_scores', 'draw_control', 'setup_style', 'save_figure', 'scale_note', 'fig_overview',
+           'fig_mlm_vs_clm', 'fig_mask_ratio', 'fig_data_efficiency', 'paper_flops_per_step', 'fig_lr_stability',
+           'fig_biphasic', 'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest', 'protocol_gaps',
            'fig_protocol_gap', 'hyperparameter_table', 'results_tables', 'ours_minus_paper', 'directions',
            'write_table', 'collect_cpt_loss', 'unigram_entropy', 'corpus_unigram_entropy', 'collect_pretrain_loss',
            'render_all', 'drawable', 'main']
@@ -66,17 +67,20 @@ def draw_control(fig, control: pd.DataFrame) -> int:
         if ax.get_title() not in by_family.index: continue
         c = by_family.loc[ax.get_title()]
         ax.axhline(c.score, color='dimgrey', ls=':', lw=1.2, zorder=1)
-        ax.axhspan(c.ci_low, c.ci_high, color='grey', alpha=0.12, lw=0, zorder=0)
+        ax.axhspan(*np.clip([c.ci_low, c.ci_high], 0, 100), color='grey', alpha=0.12, lw=0, zorder=0)
         ax.text(0.99, c.score, 'no pretraining', transform=ax.get_yaxis_transform(), ha='right', va='bottom',
                 fontsize=6, color='dimgrey')
         lo, hi = ax.get_ylim()
-        ax.set_ylim(max(0, min(lo, c.ci_low - 2)), min(100, max(hi, c.ci_high + 2)))
+        ax.set_ylim(max(0, min(lo, c.ci_low - 2)), min(100, max(hi, c.ci_high + 2)))   # a percentage: within 0-100
         drawn += 1
     return drawn
 
 # %% ../nbs/05_figures.ipynb #f48efe6e
 KIND_COLORS = dict(zip(['mlm', 'clm', 'biphasic', 'cpt'], sns.color_palette('colorblind', 4)))
-PAPER_MARKER = dict(marker='D', s=46, facecolors='none', edgecolors='black', linewidths=1.2, zorder=5)
+KIND_LABELS = {'mlm': 'MLM', 'clm': 'CLM', 'biphasic': 'CLM then MLM', 'cpt': 'CPT'}
+# the paper's numbers: hollow, edged in their kind's colour, one shape per kind
+PAPER_MARKERS = {'mlm': 'D', 'clm': 's', 'biphasic': '^', 'cpt': 'v'}
+PAPER_MARKER = dict(s=46, facecolors='none', linewidths=1.4, zorder=5)
 
 def setup_style():
     sns.set_theme(context='paper', style='whitegrid', palette='colorblind', font_scale=1.0)
@@ -109,29 +113,52 @@ def _facet(n: int = 4, width: float = 8.0, height: float = 2.3):
     return fig, axes[0]
 
 
-def _paper_points(ax, ref: pd.DataFrame, x: str, label_once: list):
-    "Hollow markers for the paper's numbers at `x`."
-    if ref.empty: return
-    ax.scatter(ref[x], ref['score'], label='paper (reported)' if not label_once else None, **PAPER_MARKER)
-    label_once.append(True)
+def _paper_points(ax, ref: pd.DataFrame, x: str,
+                  kind: str = 'kind',     # the column of `ref` holding each row's kind (a key of PAPER_MARKERS)
+                  labels: dict | None = None,  # kind -> legend text (default KIND_LABELS)
+                 ):
+    "Hollow markers for the paper's numbers at `x`: one shape and colour per kind, one legend entry per kind."
+    for k, g in ref.groupby(kind):
+        ax.scatter(g[x], g['score'], marker=PAPER_MARKERS[k], edgecolors=KIND_COLORS[k],
+                   label=f"paper: {(labels or KIND_LABELS)[k]}", **PAPER_MARKER)
+
+
+def _interval(df: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    "(low, high) of `df`'s 95% intervals (percent) as drawn: clipped to 0-100."
+    return df.ci_low.clip(0, 100), df.ci_high.clip(0, 100)
+
+
+def _yerr(df: pd.DataFrame) -> list:
+    "Error-bar lengths below and above `df.score` for its clipped interval."
+    lo, hi = _interval(df)
+    return [df.score - lo, hi - df.score]
 
 
 def _finish(fig, axes, title: str, scale: str, xlabel: str, ylabel: str = 'score (%)'):
     for ax, fam in zip(axes, FAMILIES):
-        ax.set_title(fam); ax.set_xlabel(xlabel)
+        ax.set_title(fam); ax.set_xlabel(''); ax.set_ylabel('')
         lo, hi = ax.get_ylim()
         if ylabel == 'score (%)': ax.set_ylim(max(lo, 0), min(hi, 100))   # percentages: wide CIs (few seeds) are clipped
         ax.tick_params(axis='x', labelsize=7)
     axes[0].set_ylabel(ylabel)
-    handles, labels = [], []
+    entries = {}
     for ax in axes:
-        for h, l in zip(*ax.get_legend_handles_labels()):
-            if l not in labels: handles.append(h); labels.append(l)
+        for h, l in zip(*ax.get_legend_handles_labels()): entries.setdefault(l, h)
         if ax.get_legend(): ax.get_legend().remove()
-    if handles: fig.legend(handles, labels, loc='lower center', ncol=min(len(labels), 5), frameon=False,
-                           bbox_to_anchor=(0.5, -0.12))
+    labels = sorted(entries, key=lambda l: l.startswith('paper: '))   # ours first, then the paper's (stable)
     fig.suptitle(f'{title}\n({scale_note(scale)})', fontsize=10, y=1.08)
     fig.tight_layout()
+    y = _below(fig, axes)
+    if xlabel:   # one label under the row of panels: a label per panel overlaps its neighbour's
+        y = _below(fig, [fig.text(0.5, y - 0.01, xlabel, ha='center', va='top', fontsize=9)])
+    if labels: fig.legend([entries[l] for l in labels], labels, loc='upper center', ncol=min(len(labels), 4),
+                          frameon=False, bbox_to_anchor=(0.5, y - 0.01))   # outside the figure: saved with bbox 'tight'
+
+
+def _below(fig, artists) -> float:
+    "The height (figure fraction) just below everything `artists` draw, tick labels included."
+    renderer = fig.canvas.get_renderer()
+    return min(a.get_tightbbox(renderer).y0 for a in artists) / fig.bbox.height
 
 # %% ../nbs/05_figures.ipynb #ea941c02
 def fig_overview(scale: str = 'paper'):
@@ -176,15 +203,14 @@ def fig_mlm_vs_clm(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     paper = paper[paper.budget == 42000]
     sizes = [s for s in SIZE_ORDER if s in set(ours['size']) | set(paper['size'])]
     fig, axes = _facet()
-    once = []
     for ax, fam in zip(axes, FAMILIES):
         for j, kind in enumerate(('mlm', 'clm')):
             pos = np.arange(len(sizes)) + (j - 0.5) * 0.38
             o = ours[(ours.family == fam) & (ours.kind == kind)].set_index('size').reindex(sizes)
             ax.bar(pos, o.score, width=0.36, color=KIND_COLORS[kind], label=kind.upper() + (' (40%)' if kind == 'mlm' else ''),
-                   yerr=[o.score - o.ci_low, o.ci_high - o.score], capsize=2, error_kw=dict(lw=0.8))
+                   yerr=_yerr(o), capsize=2, error_kw=dict(lw=0.8))
             p = paper[(paper.family == fam) & (paper.kind == kind)].set_index('size').reindex(sizes)
-            _paper_points(ax, pd.DataFrame(dict(x=pos, score=p.score.values)).dropna(), 'x', once)
+            _paper_points(ax, pd.DataFrame(dict(x=pos, score=p.score.values, kind=kind)).dropna(), 'x')
         ax.set_xticks(range(len(sizes))); ax.set_xticklabels(sizes)
     _finish(fig, axes, 'Figure 2: MLM vs CLM, family scores per model size', scale, 'size')
     return fig
@@ -199,7 +225,6 @@ def _mask_ratio_rows(df):
 def fig_mask_ratio(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     ours, paper = _mask_ratio_rows(scores), _mask_ratio_rows(ref)
     fig, axes = _facet()
-    once = []
     for ax, fam in zip(axes, FAMILIES):
         o = ours[ours.family == fam]
         if len(o):
@@ -207,9 +232,9 @@ def fig_mask_ratio(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
                          marker='o', ax=ax, errorbar=None)
             for _, g in o.groupby('size'):
                 g = g.sort_values('mask_ratio')
-                ax.fill_between(g.mask_ratio * 100, g.ci_low, g.ci_high, alpha=0.15)
+                ax.fill_between(g.mask_ratio * 100, *_interval(g), alpha=0.15)
         p = paper[paper.family == fam]
-        _paper_points(ax, p.assign(x=p.mask_ratio * 100), 'x', once)
+        _paper_points(ax, p.assign(x=p.mask_ratio * 100), 'x')
     _finish(fig, axes, 'Figure 3: score vs masking ratio (pure MLM)', scale, 'masking ratio (%)')
     return fig
 
@@ -228,19 +253,37 @@ def fig_data_efficiency(scores: pd.DataFrame, ref: pd.DataFrame, scale: str, flo
         if flops_per_step is None: return df.step / 1000
         return df.apply(lambda r: r.step * flops_per_step(r['size'], r.kind), axis=1)
     fig, axes = _facet()
-    once = []
     for ax, fam in zip(axes, FAMILIES):
         for kind in ('clm', 'mlm'):
             o = ours[(ours.family == fam) & (ours.kind == kind)].sort_values('step')
             if len(o):
                 ax.plot(x_of(o), o.score, marker='o', color=KIND_COLORS[kind], label=kind.upper())
-                ax.fill_between(x_of(o), o.ci_low, o.ci_high, color=KIND_COLORS[kind], alpha=0.15)
+                ax.fill_between(x_of(o), *_interval(o), color=KIND_COLORS[kind], alpha=0.15)
+        if len(ours) and not ours[ours.family == fam].intermediate.astype(bool).any():
+            ax.text(0.5, 0.5, 'no intermediate checkpoints\nfine-tuned on this family', transform=ax.transAxes,
+                    ha='center', va='center', fontsize=7, color='dimgrey', zorder=1.8,   # over the bands, under the points
+                    bbox=dict(boxstyle='round', facecolor='white', edgecolor='none', alpha=0.85))
         p = paper[paper.family == fam]
-        if flops_per_step is None: _paper_points(ax, p.assign(x=p.step / 1000), 'x', once)
-        if flops_per_step is not None: ax.set_xscale('log')
+        if flops_per_step is None: _paper_points(ax, p.assign(x=p.step / 1000), 'x')
+    if flops_per_step is not None: _log_axes(axes)
     title = 'Figure 4' + (' (appendix): score vs training FLOPs' if flops_per_step else ': score vs pretraining step')
     _finish(fig, axes, title, scale, 'training FLOPs' if flops_per_step else 'pretraining step (k, paper units)')
     return fig
+
+
+def _log_axes(axes):
+    """Log x axes with one range (the same models, so the same FLOPs) and short labels ('2e17') that do not overlap:
+    at powers of ten, and at 2 and 5 times them where the range spans less than a decade."""
+    for ax in axes: ax.set_xscale('log')
+    drawn = [ax.get_xlim() for ax in axes if ax.lines]
+    if not drawn: return
+    lo, hi = min(d[0] for d in drawn), max(d[1] for d in drawn)
+    subs = (1.0,) if np.log10(hi / lo) >= 1 else (1.0, 2.0, 5.0)
+    for ax in axes:
+        ax.set_xlim(lo, hi)
+        ax.xaxis.set_major_locator(mticker.LogLocator(base=10, subs=subs))
+        ax.xaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f'{v:.0e}'.replace('e+', 'e')))
+        ax.xaxis.set_minor_formatter(mticker.NullFormatter())
 
 
 @functools.lru_cache(maxsize=None)
@@ -290,15 +333,16 @@ def fig_biphasic(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     ours, size = _fixed_budget_rows(scores)
     paper, _ = _fixed_budget_rows(ref, size)
     fig, axes = _facet()
-    once = []
     budgets = sorted(set(ours.budget))
     pal = dict(zip(budgets, sns.color_palette('crest', max(len(budgets), 1))))
     for ax, fam in zip(axes, FAMILIES):
-        for b in budgets:
+        for j, b in enumerate(budgets):
             o = ours[(ours.family == fam) & (ours.budget == b)].sort_values('clm_share')
-            ax.plot(o.clm_share * 100, o.score, marker='o', color=pal[b], label=f'{b // 1000}k steps')
+            x = o.clm_share * 100 + (j - (len(budgets) - 1) / 2) * 1.5   # budgets side by side at a shared split
+            ax.errorbar(x, o.score, yerr=_yerr(o), fmt='none', ecolor=pal[b], elinewidth=0.9)
+            ax.plot(x, o.score, marker='o', color=pal[b], label=f'{b // 1000}k steps')
         p = paper[paper.family == fam]
-        _paper_points(ax, p.assign(x=p.clm_share * 100), 'x', once)
+        _paper_points(ax, p.assign(x=p.clm_share * 100), 'x')
     _finish(fig, axes, f'Figure 6: score vs CLM share of the budget (CLM then MLM-40, {size or "no split"})', scale,
             'CLM share (%)')
     return fig
@@ -336,35 +380,50 @@ def _cpt_points(df):
     return pd.concat([base, cpt])
 
 
+def _start_kind(start: str) -> str:
+    "'clm' or 'mlm': the objective of a CPT run's starting model (its condition, e.g. 'mlm40-42k')."
+    return 'clm' if start.startswith('clm') else 'mlm'
+
+
+def _start_label(start: str) -> str:
+    "The legend text of a CPT start, the same in Figures 8 and 9: 'from CLM', 'from MLM-40'."
+    objective = start.split('-')[0]
+    return 'from ' + ('CLM' if objective == 'clm' else re.sub(r'^mlm(\d+)$', r'MLM-\1', objective))
+
+
 def fig_cpt(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     ours, paper = _cpt_points(scores), _cpt_points(ref)
     fig, axes = _facet()
-    once = []
     for ax, fam in zip(axes, FAMILIES):
         for start in sorted(set(ours.cpt_from.dropna())):
             o = ours[(ours.family == fam) & (ours.cpt_from == start)].sort_values('cpt_steps')
-            kind = 'clm' if start.startswith('clm') else 'mlm'
-            ax.plot(o.cpt_steps / 1000, o.score, marker='o', color=KIND_COLORS[kind], label=f'from {start.split("-")[0].upper()}')
-            ax.fill_between(o.cpt_steps / 1000, o.ci_low, o.ci_high, color=KIND_COLORS[kind], alpha=0.15)
-        p = paper[paper.family == fam]
-        _paper_points(ax, p.assign(x=p.cpt_steps / 1000), 'x', once)
+            color = KIND_COLORS[_start_kind(start)]
+            ax.plot(o.cpt_steps / 1000, o.score, marker='o', color=color, label=_start_label(start))
+            ax.fill_between(o.cpt_steps / 1000, *_interval(o), color=color, alpha=0.15)
+        p = paper[paper.family == fam].dropna(subset=['cpt_from'])
+        _paper_points(ax, p.assign(x=p.cpt_steps / 1000, start=p.cpt_from.map(_start_kind)), 'x', 'start',
+                      {_start_kind(s): _start_label(s) for s in sorted(set(p.cpt_from))})
     _finish(fig, axes, 'Figure 8: continued MLM pretraining from decayed CLM and MLM models', scale, 'CPT steps (k, paper units)')
     return fig
 
 
 def fig_cpt_loss(loss: pd.DataFrame, scale: str):
-    "MLM training loss of the CPT runs; `loss` has columns run, start, step, loss."
-    fig, ax = plt.subplots(figsize=(3.6, 2.4))
+    """MLM training loss of the CPT runs against their CPT step in the paper's units, labelled as in Figure 8;
+    `loss` has columns run, start, step, loss (the runs' own steps; a run's last row is its last step)."""
+    fig, ax = plt.subplots(figsize=(4.0, 2.6))
     if loss is None or loss.empty:
         ax.text(0.5, 0.5, 'no pretraining metrics available\n(the authors published fine-tuning results only)',
                 ha='center', va='center', transform=ax.transAxes, fontsize=8, color='grey')
     else:
+        length = {run: describe_checkpoint(run)['cpt_steps'] for run in loss.run.unique()}   # paper units
+        runs_per_start = loss.groupby('start').run.nunique()
         for run, g in loss.groupby('run'):
-            kind = 'clm' if g.start.iloc[0].startswith('clm') else 'mlm'
-            ax.plot(g.step, g.loss, color=KIND_COLORS[kind], alpha=0.4 + 0.6 * (g.step.max() / loss.step.max()),
-                    label=f'{run}')
-        ax.legend(fontsize=6, frameon=False)
-    ax.set_xlabel('CPT step'); ax.set_ylabel('MLM loss')
+            start = g.start.iloc[0]
+            label = _start_label(start) + (f', {length[run] // 1000}k steps' if runs_per_start[start] > 1 else '')
+            ax.plot(g.step * length[run] / g.step.max() / 1000, g.loss, color=KIND_COLORS[_start_kind(start)],
+                    alpha=0.4 + 0.6 * length[run] / max(length.values()), label=label)
+        ax.legend(fontsize=7, frameon=False)
+    ax.set_xlabel('CPT steps (k, paper units)'); ax.set_ylabel('MLM loss (nats/token)')
     ax.set_title(f'Figure 9: MLM loss during CPT\n({scale_note(scale)})', fontsize=9)
     fig.tight_layout()
     return fig
@@ -375,7 +434,6 @@ def fig_biphasic_largest(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     bi = df[(df.kind == 'biphasic') & np.isclose(df.clm_share.astype(float), 10 / 42, atol=0.03) & (df.budget == FULL_BUDGET)]
     size = max(set(bi['size']), key=SIZE_ORDER.index) if len(bi) else None
     fig, axes = _facet()
-    once = []
     for ax, fam in zip(axes, FAMILIES):
         if size is None:
             ax.text(0.5, 0.5, 'no 25% biphasic run', ha='center', transform=ax.transAxes, fontsize=7, color='grey')
@@ -385,13 +443,13 @@ def fig_biphasic_largest(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
         order = ['clm', 'mlm', 'biphasic']
         rows = rows.set_index('kind').reindex(order)
         ax.bar(range(3), rows.score, color=[KIND_COLORS[k] for k in order],
-               yerr=[rows.score - rows.ci_low, rows.ci_high - rows.score], capsize=2)
+               yerr=_yerr(rows), capsize=2)
         ax.set_xticks(range(3)); ax.set_xticklabels(['CLM', 'MLM', 'CLM→MLM'], rotation=20)
         p = _final(ref)
         p = p[(p['size'] == size) & (p.family == fam)]
         pos = {k: i for i, k in enumerate(order)}
         p = p[p.kind.isin(order) & (p.budget == 42000) & ((p.kind != 'mlm') | np.isclose(p.mask_ratio.astype(float), 0.4))]
-        _paper_points(ax, p.assign(x=p.kind.map(pos)), 'x', once)
+        _paper_points(ax, p.assign(x=p.kind.map(pos)), 'x')
     _finish(fig, axes, f'Appendix figure: biphasic (25% CLM) vs pure objectives at {size or "the largest size"}', scale, '')
     return fig
 

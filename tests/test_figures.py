@@ -8,6 +8,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.container import BarContainer
 
 import mlmclm.figures as figures
@@ -121,8 +123,8 @@ def test_fig7_series(drawn):
 
 def test_fig8_and_appendix_figure(drawn):
     for fam, ax in _every_panel(drawn[0]['fig8_cpt']):
-        assert lines(ax) == {f'from {o.upper()}': sorted([f'610m-{o}-42k'] + [f'610m-{o}-dec42k-mlm40-{k}k' for k in (44, 54, 64)])
-                             for o in ('clm', 'mlm40')}, fam
+        assert lines(ax) == {label: sorted([f'610m-{o}-42k'] + [f'610m-{o}-dec42k-mlm40-{k}k' for k in (44, 54, 64)])
+                             for label, o in (('from CLM', 'clm'), ('from MLM-40', 'mlm40'))}, fam
     for fam, ax in _every_panel(drawn[0]['figA1_biphasic_largest']):
         assert bars(ax) == ['1b-clm-10k-mlm40-42k', '1b-clm-42k', '1b-mlm40-42k'], fam
 
@@ -291,3 +293,113 @@ def test_the_unigram_entropy_is_that_of_the_one_source_a_study_read(tmp_path):
     with pytest.raises(ValueError, match="expected one source"): _study_data(tmp_path)
     (tmp_path/'a'/'run.json').write_text(json.dumps({'config': {'data': 'embedded+reviews'}}))
     assert _study_data(tmp_path) == 'embedded+reviews'
+
+
+# ---- what a reader sees: markers, intervals, labels (issue 28)
+
+@pytest.fixture(scope='module')
+def demo_drawn():
+    "render_all on the committed demo results (the control included), every figure captured instead of written."
+    figs = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figures, 'save_figure', lambda fig, folder, name, close=True: figs.__setitem__(name, fig) or [])
+        mp.setattr(figures, 'write_table', lambda *a, **k: [])
+        render_all(read_results(DEMO/'results.csv'), DEMO/'unused', 'demo', cpt_loss=pd.read_csv(DEMO/'cpt_loss.csv'))
+    yield figs
+    plt.close('all')
+
+
+def _paper_markers(ax) -> dict:
+    "label -> (marker path vertices, edge colour) of the paper's hollow markers on `ax`."
+    return {c.get_label(): (c.get_paths()[0].vertices.round(3).tobytes(), tuple(np.round(c.get_edgecolor()[0], 3)))
+            for c in ax.collections if c.get_label().startswith('paper')}
+
+
+@pytest.mark.parametrize('name', ['fig2_mlm_vs_clm', 'fig4_data_efficiency', 'fig8_cpt'])
+def test_the_papers_mlm_and_clm_numbers_have_their_own_marker(drawn, name):
+    for fam, ax in _every_panel(drawn[0][name]):
+        got = _paper_markers(ax)
+        assert len(got) == 2, (name, fam, sorted(got))               # one entry per kind, not one 'paper (reported)'
+        (shape_a, colour_a), (shape_b, colour_b) = got.values()
+        assert shape_a != shape_b and colour_a != colour_b, (name, fam)
+
+
+def _drawn_y(ax) -> np.ndarray:
+    "Every y value an interval or band on `ax` reaches: filled bands, error bars, spans (data coordinates)."
+    ys = [p.vertices[:, 1] for c in ax.collections if isinstance(c, PolyCollection) for p in c.get_paths()]
+    ys += [np.asarray(seg).reshape(-1, 2)[:, 1] for c in ax.collections if isinstance(c, LineCollection) for seg in c.get_segments()]
+    ys += [p.get_patch_transform().transform(p.get_path().vertices)[:, 1] for p in ax.patches]
+    y = np.concatenate([y for y in ys if len(y)]) if ys else np.array([])
+    return y[~np.isnan(y)]                                            # sizes with no model of ours are NaN bars
+
+
+def test_no_drawn_interval_leaves_0_to_100_percent(demo_drawn):
+    "The committed demo has intervals past 0 (QA of MLM-40: 0.6 +- 1.8; the control's QA: 11.7 +- 23.8)."
+    checked = 0
+    for name, fig in demo_drawn.items():
+        if fig.axes[0].get_ylabel() != 'score (%)': continue
+        for ax in fig.axes:
+            y = _drawn_y(ax)
+            assert ((y >= -1e-9) & (y <= 100 + 1e-9)).all(), (name, ax.get_title(), y.min(), y.max())
+            checked += len(y)
+    assert checked > 100
+
+
+def test_fig6_draws_each_points_interval_as_an_error_bar(drawn):
+    for fam, ax in _every_panel(drawn[0]['fig6_biphasic']):
+        bars_ = [c for c in ax.collections if isinstance(c, LineCollection)]
+        assert len(bars_) == 3, fam                                   # one per budget
+        for c, line in zip(bars_, [l for l in ax.lines if not l.get_label().startswith('_')]):
+            segs = c.get_segments()
+            assert len(segs) == len(line.get_ydata())
+            assert all(s[0, 1] < y < s[1, 1] for s, y in zip(segs, line.get_ydata())), fam
+
+
+def test_fig4_says_so_where_no_intermediate_checkpoint_was_fine_tuned():
+    "The demo fine-tunes intermediate checkpoints on TC and QA only: SC and IR say so instead of an empty trajectory."
+    res = grid(paper_experiments()['E3'], qed=False)
+    res = res[~(res.checkpoint_name.str.contains(r'-42k-\d+$') & res.family.isin(['SC', 'IR']))]
+    setup = figures.study_scores(res)
+    fig = figures.fig_data_efficiency(setup, figures.reported_scores(), 'demo')
+    notes = {ax.get_title(): any('no intermediate checkpoints' in t.get_text() for t in ax.texts) for ax in fig.axes}
+    assert notes == {'SC': True, 'TC': False, 'QA': False, 'IR': True}
+    plt.close(fig)
+
+
+def test_fig9_counts_paper_steps_and_names_curves_as_fig8_does(demo_drawn):
+    ax = demo_drawn['fig9_cpt_loss'].axes[0]
+    labels = {l.get_label(): l.get_xdata().max() for l in ax.lines}
+    fig8 = {l.get_label() for l in demo_drawn['fig8_cpt'].axes[0].lines if not l.get_label().startswith('_')}
+    assert set(labels) == fig8 == {'from CLM', 'from MLM-40'}
+    assert all(np.isclose(x, 12.0) for x in labels.values()), labels   # 96 demo steps of tiny-*-dec42k-mlm40-54k: 12k
+    assert 'paper units' in ax.get_xlabel()
+
+
+def _overlaps(boxes) -> list:
+    return [(a, b) for i, (a, ba) in enumerate(boxes) for b, bb in boxes[i + 1:] if ba.overlaps(bb)]
+
+
+@pytest.mark.parametrize('which', ['demo', 'grid'])
+def test_no_axis_label_or_tick_label_overlaps_another(demo_drawn, drawn, which):
+    "Figure 4's per-panel x labels ran into each other, and its FLOPs variant labelled minor ticks on top of each other."
+    for name, fig in (demo_drawn if which == 'demo' else drawn[0]).items():
+        canvas = FigureCanvasAgg(fig)                                 # a figure another test closed has lost its canvas
+        canvas.draw()
+        r = canvas.get_renderer()
+        labels = [(f'{name} xlabel {i}', ax.xaxis.label.get_window_extent(r)) for i, ax in enumerate(fig.axes)
+                  if ax.xaxis.label.get_text()]
+        assert not _overlaps(labels), name
+        for i, ax in enumerate(fig.axes):
+            ticks = [(t.get_text(), t.get_window_extent(r)) for t in ax.get_xticklabels() if t.get_text() and t.get_visible()]
+            assert not _overlaps(ticks), (name, i, [t for t, _ in ticks])
+
+
+def test_the_notebooks_figure_2_is_drawn_large_enough_to_read():
+    import base64
+    nb = json.loads((project_root()/'nbs'/'05_figures.ipynb').read_text(encoding='utf-8'))
+    pngs = [o for c in nb['cells'] if c['cell_type'] == 'code' for o in c.get('outputs', []) if 'image/png' in o.get('data', {})]
+    assert pngs
+    # the width it is shown at: the inline backend's (a retina image is shown at half its pixels), else the PNG header's
+    shown = pngs[0].get('metadata', {}).get('image/png', {}).get('width')
+    width = shown or int.from_bytes(base64.b64decode(pngs[0]['data']['image/png'])[16:20], 'big')
+    assert width >= 800, width
