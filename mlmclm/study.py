@@ -36,8 +36,8 @@ __all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERME
            'Costs', 'run_flops', 'finetune_flops', 'estimate', 'select', 'demo_experiments', 'demo_plan',
            'protocol_ablation_plan', 'checkpoint_dir', 'pretrain_params', 'run_notebook', 'point_runs', 'finetune_jobs',
            'accelerate_command', 'submit_finetune_array', 'study_status', 'PretrainJob', 'pretrain_job_specs',
-           'submit_pretrain_jobs', 'finetune_params', 'torch_threads', 'launch', 'get_plan', 'measured_finetune',
-           'measured_finetune_line', 'describe', 'main']
+           'submit_pretrain_jobs', 'finetune_params', 'worker_env', 'visible_gpus', 'finetune_workers', 'launch',
+           'get_plan', 'measured_finetune', 'measured_finetune_line', 'describe', 'main']
 
 # %% ../nbs/04_study.ipynb #59d3ae7e
 @dataclass
@@ -526,11 +526,14 @@ def finetune_params(plan: StudyPlan, e: EvalPoint, root: Path, **overrides) -> d
 
 
 @contextlib.contextmanager
-def torch_threads(n: int | None):
-    "Notebook kernels (and processes) started inside this block use `n` torch threads; None changes nothing."
-    keys = ('OMP_NUM_THREADS', 'MKL_NUM_THREADS')
-    old = {k: os.environ.get(k) for k in keys}
-    if n: os.environ.update({k: str(n) for k in keys})
+def worker_env(threads: int | None = None,  # torch threads of the kernels started inside the block (None: unchanged)
+               device: str | None = None,   # the one GPU they see (`CUDA_VISIBLE_DEVICES`; None: unchanged)
+              ):
+    "Notebook kernels (and processes) started inside this block use `threads` torch threads and see only GPU `device`."
+    changes = ({'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads)} if threads else {}) | \
+              ({'CUDA_VISIBLE_DEVICES': device} if device is not None else {})
+    old = {k: os.environ.get(k) for k in changes}
+    os.environ.update(changes)
     try: yield
     finally:
         for k, v in old.items():
@@ -538,7 +541,26 @@ def torch_threads(n: int | None):
             else: os.environ[k] = v
 
 
-@contextlib.contextmanager
+def visible_gpus() -> list[str]:
+    "The GPUs this process may use, as `CUDA_VISIBLE_DEVICES` names them (none on a machine without CUDA)."
+    import torch
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    names = [d.strip() for d in os.environ.get('CUDA_VISIBLE_DEVICES', '').split(',') if d.strip()]
+    return names[:n] if names else [str(i) for i in range(n)]
+
+
+def finetune_workers(workers: int | None,  # None: one per GPU, else one on a machine without GPUs
+                     gpus: list[str],      # `visible_gpus()`
+                    ) -> list[str | None]:
+    "The device of each fine-tuning worker: its own GPU each, or None (CPU, one thread each when there are several)."
+    if workers is None: workers = max(1, len(gpus))
+    if workers < 1: raise ConfigError(f'workers={workers} must be >= 1')
+    if gpus and workers > len(gpus):
+        raise ConfigError(f'workers={workers} but this machine shows {len(gpus)} GPU(s) ({",".join(gpus)}): each '
+                          f'fine-tuning worker needs its own GPU; use workers <= {len(gpus)}')
+    return list(gpus[:workers]) if gpus else [None] * workers
+
+
 def _step_bar(metrics: Path, total: int, desc: str, show: bool):
     "A bar of a pretraining run's steps, fed from its `metrics.jsonl` while the notebook trains it in another process."
     from tqdm.auto import tqdm
@@ -590,38 +612,47 @@ def _walk(plan: StudyPlan, root: Path, kind: str, items: list, progress: bool, t
         _run_item(plan, root, kind, item, tag, progress)
 
 
-def _finetune_helper(plan: StudyPlan, root: Path) -> None:
+def _finetune_helper(plan: StudyPlan, root: Path, threads: int | None, device: str | None) -> None:
     "A spawned worker of `launch`: walks the evaluation points quietly (the store's claims share the runs out)."
-    _walk(plan, root, 'finetune', plan.evals, progress=False, tag=f'-{os.getpid()}')
+    with worker_env(threads, device):
+        _walk(plan, root, 'finetune', plan.evals, progress=False, tag=f'-{os.getpid()}')
+
+
+def _finetune_stage(plan: StudyPlan, root: Path, progress: bool, devices: list) -> None:
+    "Fine-tune every evaluation point with one worker per entry of `devices` (this process is the first)."
+    threads = 1 if len(devices) > 1 and devices[0] is None else None   # CPU workers side by side: a thread each
+    ctx = multiprocessing.get_context('spawn')
+    helpers = [ctx.Process(target=_finetune_helper, args=(plan, root, threads, d)) for d in devices[1:]]
+    for h in helpers: h.start()
+    with worker_env(threads, devices[0]): _walk(plan, root, 'finetune', plan.evals, progress)
+    for h in helpers: h.join()
+    failed = [h.exitcode for h in helpers if h.exitcode]
+    if failed: raise RuntimeError(f'{len(failed)} fine-tuning worker(s) failed (exit codes {failed}); see the notebooks in {root/"notebooks"}')
 
 
 def launch(plan: StudyPlan,                 # what to run (`select` a part first if you like)
            root: str | Path | None = None,  # the study folder; <project>/runs/study-<preset> by default
            stages: tuple = ('pretrain', 'finetune'),
            progress: bool = True,
-           workers: int = 1,                # fine-tuning processes side by side, one torch thread each (CPU: one per core)
+           workers: int | None = None,      # fine-tuning processes side by side: one per GPU (the default: as many
+                                            # as there are), or on a CPU one torch thread each (default: 1)
           ) -> Path:
     "Run every missing run of `plan`, parents first; returns the study folder."
-    if workers < 1: raise ConfigError(f'workers={workers} must be >= 1')
+    devices = finetune_workers(workers, visible_gpus() if 'finetune' in stages else [])   # refused before any work
     root = Path(root or project_root()/'runs'/f'study-{plan.preset}')
     root.mkdir(parents=True, exist_ok=True)
     atomic_write_text(root/'plan.json', json.dumps(dict(preset=plan.preset, counts=plan.counts(),
                                                         runs=list(plan.runs), evals=[e.name for e in plan.evals]),
                                                    indent=2) + '\n')
     seconds = dict(pretrain=0.0, finetune=0.0)
-    for kind, items in (('pretrain', list(plan.runs.values())), ('finetune', plan.evals)):
-        if kind not in stages or not items: continue
-        t0, helpers = time.perf_counter(), []
-        with torch_threads(1 if kind == 'finetune' and workers > 1 else None):
-            if kind == 'finetune':
-                ctx = multiprocessing.get_context('spawn')
-                helpers = [ctx.Process(target=_finetune_helper, args=(plan, root)) for _ in range(workers - 1)]
-                for h in helpers: h.start()
-            _walk(plan, root, kind, items, progress)
-            for h in helpers: h.join()
-        failed = [h.exitcode for h in helpers if h.exitcode]
-        if failed: raise RuntimeError(f'{len(failed)} fine-tuning worker(s) failed (exit codes {failed}); see the notebooks in {root/"notebooks"}')
-        seconds[kind] = time.perf_counter() - t0
+    if 'pretrain' in stages and plan.runs:
+        t0 = time.perf_counter()
+        _walk(plan, root, 'pretrain', list(plan.runs.values()), progress)
+        seconds['pretrain'] = time.perf_counter() - t0
+    if 'finetune' in stages and plan.evals:
+        t0 = time.perf_counter()
+        _finetune_stage(plan, root, progress, devices)
+        seconds['finetune'] = time.perf_counter() - t0
     # wall time of this call per stage (runs found finished cost nothing)
     atomic_write_text(root/'timings.json', json.dumps({k: round(v, 1) for k, v in seconds.items()}, indent=2) + '\n')
     return root
@@ -699,7 +730,7 @@ def main(argv: list[str] | None = None) -> None:
     p_run = sub.add_parser('run', help='run what is missing, here')
     _selection_args(p_run)
     p_run.add_argument('--root', help='study folder (default runs/study-<preset>)')
-    p_run.add_argument('--workers', type=int, default=1, help='fine-tuning processes side by side, one torch thread each')
+    p_run.add_argument('--workers', type=int, help='fine-tuning processes side by side: default one per GPU (each its own), 1 on a CPU')
     p_slurm = sub.add_parser('slurm', help='submit the fine-tuning grid as a Slurm array, or the pretraining runs (submitit)')
     _selection_args(p_slurm)
     p_slurm.add_argument('--root', required=True); p_slurm.add_argument('--folder', required=True)

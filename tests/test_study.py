@@ -95,3 +95,18 @@ def test_launcher_skips_finished_runs_and_resumes_the_rest(tmp_path):
     rows = read_rows(tmp_path/'results.jsonl')
     assert sorted(r['checkpoint_name'] for r in rows) == ['tiny-clm-42k', 'tiny-mlm40-42k']
     assert rows[0]['pretrain_run_id'] in ('tiny-clm-42k', 'tiny-mlm40-42k')   # pretraining metadata travels
+
+
+def test_each_finetuning_worker_sees_its_own_gpu(tmp_path, monkeypatch):
+    "Issue 25 item 13: one worker per GPU by default, each with its own CUDA_VISIBLE_DEVICES; more workers than GPUs refused."
+    import mlmclm.study as study
+    seen = []
+    monkeypatch.setattr(study, '_walk', lambda *a, **k: seen.append(os.environ.get('CUDA_VISIBLE_DEVICES')))
+    monkeypatch.setattr(study, 'visible_gpus', lambda: ['0', '1'])
+    plan, before = _tiny_plan(), os.environ.get('CUDA_VISIBLE_DEVICES')
+    study._finetune_helper(plan, tmp_path, None, '1')                  # what a spawned worker runs
+    study._finetune_stage(plan, tmp_path, False, ['0'])                # the launcher itself: the first GPU
+    assert seen == ['1', '0'] and os.environ.get('CUDA_VISIBLE_DEVICES') == before   # restored after each
+    assert study.finetune_workers(None, study.visible_gpus()) == ['0', '1']
+    with pytest.raises(ConfigError, match='workers=4 but this machine shows 2 GPU'):
+        launch(plan, tmp_path, stages=('finetune',), workers=4)
