@@ -32,7 +32,7 @@ from .model import TaskModel, build_model, check_checkpoint, default_backend, lo
 from .data import _tokenizer_sha, load_tokenizer
 from .objectives import adamw
 from .packing import batch_backward, collate_packed, collate_padded, micro_batches, unpack_examples, unpack_tokens
-from .tasks import (SPLITS, TASKS, Task, entity_f1, load_task, majority_tag, ndcg_encodeval, ndcg_standard,
+from .tasks import (TASKS, Task, entity_f1, load_task, majority_tag, ndcg_encodeval, ndcg_standard,
                           position_set_f1, resolve_tasks, sentence_macro_f1, squad_em, squad_f1)
 from .results import (StoreWriter, check_checkpoint_name, check_store_path, checkpoint_identity, code_version,
                             current_rows, family_scores, load_results, missing, read_rows)

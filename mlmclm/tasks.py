@@ -18,11 +18,11 @@ from typing import Callable
 import numpy as np
 
 from .core import ConfigError, assets_dir
-from .vocab import EMBEDDED_TASKS, FAMILIES, FINETUNE, PAPER_DATASETS, PAPER_TASKS
+from .vocab import EMBEDDED_TASKS, FAMILIES, FINETUNE, PAPER_DATASETS, PAPER_TASKS, TRAIN_ON
 from .data import embedded_records
 
 # %% auto #0
-__all__ = ['SPLITS', 'GLUE_COLUMNS', 'TWEET_TAGS', 'SPEAKER_TAG', 'WORD', 'NAME_TAGS', 'DATA_SOURCES', 'CONLL_TAGS',
+__all__ = ['TASK_SPLITS', 'GLUE_COLUMNS', 'TWEET_TAGS', 'SPEAKER_TAG', 'WORD', 'NAME_TAGS', 'DATA_SOURCES', 'CONLL_TAGS',
            'ONTONOTES_TAGS', 'UNER_TAGS', 'TASKS', 'split_train', 'require_columns', 'convert_glue', 'convert_tagging',
            'convert_squad', 'convert_record', 'embedded_sentiment', 'embedded_ner', 'embedded_cloze',
            'embedded_retrieval', 'speeches', 'name_lexicon', 'corpus_names', 'corpus_speaker', 'corpus_excerpt',
@@ -30,7 +30,7 @@ __all__ = ['SPLITS', 'GLUE_COLUMNS', 'TWEET_TAGS', 'SPEAKER_TAG', 'WORD', 'NAME_
            'ndcg_encodeval', 'ndcg_at_10', 'Task', 'load_task', 'resolve_tasks']
 
 # %% ../nbs/03_tasks.ipynb #bdc7c274
-SPLITS = ('train', 'validation', 'test')
+TASK_SPLITS = ('train', 'validation', 'test')
 
 def split_train(rows: list,                                 # a dataset's train examples, in the hub's order
                 train_size: float = FINETUNE.train_size,    # 0.95
@@ -98,7 +98,7 @@ def _jsonl_gz(path) -> list[dict]:
 
 
 def _by_split(rows) -> dict:
-    return {s: [{k: v for k, v in r.items() if k != 'split'} for r in rows if r['split'] == s] for s in SPLITS}
+    return {s: [{k: v for k, v in r.items() if k != 'split'} for r in rows if r['split'] == s] for s in TASK_SPLITS}
 
 
 def embedded_sentiment() -> dict:
@@ -392,7 +392,7 @@ def _tagging(path, name=None, tags_column='ner_tags', tokens_column='tokens'):
     "A tagging dataset with its own train/validation/test splits (no 95/5 split, as EncodEval)."
     def load_():
         ds = _hub(path, name)
-        out = {s: convert_tagging(ds[s], tags_column, tokens_column) for s in SPLITS}
+        out = {s: convert_tagging(ds[s], tags_column, tokens_column) for s in TASK_SPLITS}
         feature = getattr(ds['train'].features[tags_column], 'feature', None)
         if hasattr(feature, 'names'): out['labels'] = tuple(feature.names)   # the dataset's own tag names win
         return out
@@ -542,11 +542,11 @@ TASKS: dict[str, Task] = {t.name: t for t in [
     Task('record', 'QA', 'span', _squad('hgissbkh/record'), canonical=_record_superglue),
     Task('msmarco_pairs', 'IR', 'embedding', _pairs('hgissbkh/msmarco-pairs'),
          canonical=_pairs('sentence-transformers/msmarco-co-condenser-margin-mse-sym-mnrl-mean-v1', 'triplet')),
-    Task('msmarco', 'IR', 'embedding', _beir('msmarco'), train_on='msmarco_pairs',
+    Task('msmarco', 'IR', 'embedding', _beir('msmarco'), train_on=TRAIN_ON['msmarco'],
          canonical=_mteb_retrieval('mteb/msmarco', 'dev', valid_split='train')),
-    Task('nq', 'IR', 'embedding', _beir('nq', halve=True, titles=True), train_on='msmarco_pairs',
+    Task('nq', 'IR', 'embedding', _beir('nq', halve=True, titles=True), train_on=TRAIN_ON['nq'],
          canonical=_mteb_retrieval('mteb/nq', 'test', halve=True)),
-    Task('mldr_en', 'IR', 'embedding', _mldr_en, train_on='msmarco_pairs',
+    Task('mldr_en', 'IR', 'embedding', _mldr_en, train_on=TRAIN_ON['mldr_en'],
          canonical=_mteb_retrieval('mteb/MultiLongDocRetrieval', 'test', valid_split='dev', lang='en')),
     # embedded (offline) tasks: the demo's four (`EMBEDDED_TASKS`: sentiment and three stand-ins from held-out
     # Shakespeare), then the earlier stand-ins, kept for comparison

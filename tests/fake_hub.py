@@ -6,7 +6,7 @@ hgissbkh/EncodEval's `encodeval/datasets.py` reads them) and the canonical ones 
 authors' copies only the columns their code reads (or renames) are known; anything beyond that is marked unverified."""
 from typing import Callable
 
-from mlmclm.tasks import CONLL_TAGS, SPLITS, UNER_TAGS
+from mlmclm.tasks import CONLL_TAGS, TASK_SPLITS, UNER_TAGS
 
 
 def fake_hub(tables: dict) -> Callable:
@@ -41,7 +41,7 @@ def _shared_tables(t: dict) -> None:
 def _encodeval_tables(t: dict) -> None:
     "The authors' sources (encodeval/datasets.py)."
     D, ClassLabel, Features, Value, List = _types()
-    for sp in SPLITS:
+    for sp in TASK_SPLITS:
         # hgissbkh/conll2003-en: `words` and `ner` are the columns their code renames (verified); that `ner` holds plain
         # integers (no ClassLabel names) and that there are no other columns is unverified
         t[('hgissbkh/conll2003-en', None, sp)] = D(dict(words=[['EU', 'rejects', 'German']], ner=[[3, 0, 7]]))
@@ -83,7 +83,7 @@ def _canonical_tables(t: dict) -> None:
     D, ClassLabel, Features, Value, List = _types()
     conll = Features(id=Value('string'), tokens=List(Value('string')), pos_tags=List(Value('int32')),
                      chunk_tags=List(Value('int32')), ner_tags=List(ClassLabel(names=list(CONLL_TAGS))))
-    for sp in SPLITS:
+    for sp in TASK_SPLITS:
         t[('eriktks/conll2003', None, sp)] = D(dict(id=['0'], tokens=[['EU', 'rejects', 'German']], pos_tags=[[1, 2, 3]],
                                                    chunk_tags=[[1, 2, 3]], ner_tags=[[3, 0, 7]]), features=conll)
     for sp in ('train', 'validation'):
