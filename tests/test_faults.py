@@ -31,6 +31,7 @@ import mlmclm.paper_runs as pr
 import mlmclm.results as res
 from mlmclm.core import ConfigError, WriteError, build_config, project_root
 from mlmclm.results import load_results, read_rows, run_key
+from mlmclm.runs import FinetuneRun, claim_work, work_claim_path
 
 ROOT = project_root()
 ENV = dict(os.environ, HF_HUB_OFFLINE='1', HF_DATASETS_OFFLINE='1', MPLBACKEND='Agg', TOKENIZERS_PARALLELISM='false',
@@ -537,9 +538,9 @@ def test_forced_re_runs_are_ordered_by_the_store_not_by_clocks(tmp_path, monkeyp
     monkeypatch.undo()
     with res.StoreWriter(store) as w: w.append([row(test=.3)], supersedes='fix B')   # later, on a right clock
     for _ in range(2):
-        current = res.current_rows(read_rows(store))
-        assert current[key]['test_score'] == .3
-        assert not res.needs_run(current, [key], force='fix B') and res.needs_run(current, [key], force='fix A')
+        assert res.current_rows(read_rows(store))[key]['test_score'] == .3
+        run = FinetuneRun(row()['checkpoint_name'], row()['dataset'], (row()['dataset'],), row()['lr'], row()['seed'])
+        assert not res.missing(store, [run], force='fix B') and res.missing(store, [run], force='fix A')
         res.compact(store)
 
 
@@ -624,7 +625,7 @@ def test_workers_recreate_a_deleted_claims_folder(tmp_path, monkeypatch):
     import shutil
     import mlmclm.core as core
     store = tmp_path/'results.jsonl'
-    path = res.work_claim_path(store, 'unit')
+    path = work_claim_path(store, 'unit')
     for name in ('_create_exclusive', 'fs_now'):                # `rm -rf results.d/claims` at the worst moments
         if name == 'fs_now':                                    # a stale claim to read first (its owner is gone)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -635,7 +636,7 @@ def test_workers_recreate_a_deleted_claims_folder(tmp_path, monkeypatch):
             if not calls: calls.append(1); shutil.rmtree(path.parent, ignore_errors=True)
             return real(*a, **k)
         monkeypatch.setattr(core, name, removing)
-        with res.claim_work(store, 'unit', lease_s=60) as mine: assert mine, name
+        with claim_work(store, 'unit', lease_s=60) as mine: assert mine, name
         monkeypatch.undo()
         assert calls and not path.exists()
 
