@@ -28,7 +28,7 @@ from .core import (ConfigError, append_jsonl, atomic_path, atomic_write_json, bu
                          pick_device, pick_dtype, project_root, read_json, read_jsonl, seed_everything)
 from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL
 from .model import TaskModel, build_model, check_checkpoint, default_backend, load, save
-from .data import _tokenizer_sha, load_tokenizer
+from .data import load_tokenizer, tokenizer_sha
 from .objectives import adamw
 from .packing import batch_backward, collate_packed, collate_padded, micro_batches, unpack_examples, unpack_tokens
 from .tasks import (SPLITS, TASKS, Task, entity_f1, load_task, majority_tag, ndcg_encodeval, ndcg_standard,
@@ -332,7 +332,7 @@ class RunContext:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision != 'fp32')
 
     @cached_property
-    def tokenizer_id(self) -> str: return _tokenizer_sha(self.tok)
+    def tokenizer_id(self) -> str: return tokenizer_sha(self.tok)
 
     def features(self, what: str, examples, encode: Callable) -> list[dict]:
         "`encode()`, the features of `examples`, from the cache when an earlier run of the same inputs wrote them."
