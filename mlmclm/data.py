@@ -35,8 +35,8 @@ __all__ = ['EMBEDDED', 'EMBEDDED_REVIEWS', 'EMBEDDED_SOURCES', 'DEFAULT_REAL_TOK
            'DEFAULT_SHARD_TOKENS', 'DOCS_PER_UNIT', 'corpus_path', 'tokenizer_dir', 'reviews_path', 'embedded_records',
            'embedded_documents', 'review_documents', 'build_tokenizer', 'ensure_special_tokens', 'load_tokenizer',
            'finite_documents', 'epoch_order', 'fineweb_documents', 'tokenize', 'packed_rows', 'batches', 'StoreError',
-           'StoreSource', 'store_source', 'default_store_dir', 'store_path', 'build_store', 'TokenStore', 'open_store',
-           'write_hub_layout', 'pipeline_throughput', 'main']
+           'StoreSource', 'store_source', 'tokenizer_sha', 'default_store_dir', 'store_path', 'build_store',
+           'TokenStore', 'open_store', 'write_hub_layout', 'pipeline_throughput', 'verify_store', 'main']
 
 # %% ../nbs/01a_data.ipynb #2bb93a59
 EMBEDDED = 'embedded'                                   # the name of the shipped corpus and tokenizer
@@ -307,7 +307,7 @@ def store_source(data: str | Path,            # 'embedded', 'fineweb-edu', or a 
     return StoreSource('local', str(Path(data).resolve()), text_field=text_field)
 
 # %% ../nbs/01a_data.ipynb #0f044ac0
-def _tokenizer_sha(tokenizer) -> str:
+def tokenizer_sha(tokenizer) -> str:
     "SHA-256 of the tokenizer's full definition (vocabulary, merges, normalizer, special and added tokens)."
     return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()
 
@@ -444,14 +444,47 @@ class _ShardWriter:
         atomic_write_json(self.folder/'manifest.json', self.m)
 
 # %% ../nbs/01a_data.ipynb #79d86e69
-def _check_shard(folder: Path, entry: dict) -> str | None:
-    "None when both files of the shard `entry` match their checksums, else what is wrong."
-    for part in ('tokens', 'starts'):
+_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+def _npy_problem(path: Path, length: int, dtype: str, what: str) -> str | None:
+    "None when `path` is a whole `.npy` file of `length` values of `dtype` (from its header and size: no data is read)."
+    if not path.is_file(): return f'{path} is missing'
+    with open(path, 'rb') as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            shape, _, have = _NPY_HEADERS[version](f)
+        except (ValueError, EOFError, KeyError) as e: return f'{path} is not a .npy file ({e})'
+        expected = f.tell() + int(np.prod(shape)) * have.itemsize
+    if (shape, have) != ((length,), np.dtype(dtype)):
+        return f'{path} holds {shape[0] if len(shape) == 1 else shape:,} {what} of {have}, the manifest says {length:,} of {dtype}'
+    if (size := path.stat().st_size) != expected: return f'{path} is {size} bytes, {expected} expected from its header'
+    return None
+
+
+def _check_shard(folder: Path, entry: dict, dtype: str,  # the manifest's shard `entry` and token dtype
+                 checksums: bool = True,                 # also hash both files (else only their headers and sizes)
+                ) -> str | None:
+    "None when both files of the shard `entry` are whole and (if `checksums`) match their SHA-256, else what is wrong."
+    for part, n, kind, what in (('tokens', entry['tokens'], dtype, 'tokens'), ('starts', entry['documents'], 'int64', 'starts')):
         path = folder/f"{entry['name']}.{part}.npy"
-        if not path.is_file(): return f'{path} is missing'
+        if problem := _npy_problem(path, n, kind, what): return problem
+        if not checksums: continue
         with open(path, 'rb') as f: got = hashlib.file_digest(f, 'sha256').hexdigest()
         if got != entry['sha256'][part]:
             return f"{path} fails its checksum (sha256 {got[:12]}..., the manifest says {entry['sha256'][part][:12]}...)"
+    return None
+
+
+def _layout_problem(m: dict) -> str | None:
+    "What in a manifest disagrees with itself: shard sizes with `shard_tokens`; for a finished store, totals with the shards."
+    sizes = [s['tokens'] for s in m['shards']]
+    if any(n != m['shard_tokens'] for n in sizes[:-1]) or (sizes and not 0 < sizes[-1] <= m['shard_tokens']):
+        return f"shard_tokens={m['shard_tokens']} but its shards hold {sorted(set(sizes))} tokens"
+    if not m['complete']: return None
+    if not sizes: return 'a finished store lists no shards'
+    if m['n_tokens'] != sum(sizes): return f"n_tokens={m['n_tokens']:,} but its shards hold {sum(sizes):,} tokens"
+    if m['n_documents'] != (docs := sum(s['documents'] for s in m['shards'])):
+        return f"n_documents={m['n_documents']} but its shards hold {docs:,} documents"
     return None
 
 
@@ -464,21 +497,67 @@ def _reopen_from(m: dict, index: int, why: str) -> None:
 
 
 def _resume_manifest(folder: Path, m: dict, max_tokens: int | None) -> dict:
-    "An existing manifest made ready to continue: corrupt shards dropped, a short last shard reopened, grown if asked."
-    bad = next(((i, e) for i, s in enumerate(m['shards']) if (e := _check_shard(folder, s))), None)
+    "An existing manifest made ready to continue: bad shards dropped, a short last shard reopened, the new cap applied."
+    bad = next(((i, e) for i, s in enumerate(m['shards']) if (e := _check_shard(folder, s, m['dtype']))), None)
     if bad: _reopen_from(m, bad[0], bad[1])
     last = len(m['shards']) - 1
     if not m['complete'] and last >= 0 and m['shards'][last]['tokens'] < m['shard_tokens']:
         _reopen_from(m, last, 'the last shard is short (a build killed while finishing)')
-    if m['complete'] and max_tokens != m['max_tokens']:
-        if max_tokens is not None and max_tokens < m['n_tokens']:
-            raise StoreError(f"{folder} holds {m['n_tokens']:,} tokens; max_tokens={max_tokens:,} would cut it: "
-                             f"build the smaller store in another folder")
-        exhausted = m['cursor']['unit'] >= m['units']
+    if m['complete'] and (problem := _layout_problem(m)):
+        _reopen_from(m, last, f'the manifest disagrees with its shards ({problem})')
+    written = sum(s['tokens'] for s in m['shards'])
+    if max_tokens != m['max_tokens']:
+        if max_tokens is not None and max_tokens < written:
+            raise StoreError(f"{folder} already holds {written:,} tokens, more than max_tokens={max_tokens:,}, and a "
+                             f"store is never cut: resume with max_tokens >= {written:,} (or none), or build the "
+                             f"smaller store into another folder (--out)")
+        print(f"token store: max_tokens={m['max_tokens']} when the build began, now {max_tokens}: the build stops there")
         m['max_tokens'] = max_tokens
-        if not exhausted and m['shards'][-1]['tokens'] < m['shard_tokens']:
-            _reopen_from(m, len(m['shards']) - 1, f'growing the store to max_tokens={max_tokens}')
-        elif not exhausted: m['complete'] = False
+        if m['complete'] and m['cursor']['unit'] < m['units']:   # finished under a smaller cap: grow it
+            if m['shards'][-1]['tokens'] < m['shard_tokens']:
+                _reopen_from(m, len(m['shards']) - 1, f'growing the store to max_tokens={max_tokens}')
+            else: m['complete'] = False
+    return m
+
+
+_MANIFEST_FIELDS = dict(format=str, source=dict, seed=int, units=int, dtype=str, tokenizer=dict, store_id=str,
+                        shard_tokens=int, max_tokens=(int, type(None)), shards=list, cursor=dict, complete=bool, builds=list)
+_SHARD_FIELDS = dict(name=str, tokens=int, documents=int, begins_at=dict, sha256=dict)
+
+def _fields_problem(d: dict, fields: dict, where: str = '') -> str | None:
+    "The first of `fields` (name: type) that `d` lacks or holds with another type; `where` prefixes the message."
+    for k, t in fields.items():
+        if k not in d: return f'{where}has no {k!r}'
+        if not isinstance(d[k], t) or (isinstance(d[k], bool) and t is int):
+            return f'{where}{k!r} is {d[k]!r}, not {getattr(t, "__name__", "an int or null")}'
+    return None
+
+
+def _manifest_problem(m) -> str | None:
+    "What makes `m` (parsed JSON) not a readable token-store manifest, or None."
+    if not isinstance(m, dict): return f'it holds a {type(m).__name__}, not a token-store manifest (a JSON object)'
+    if m.get('format') != STORE_FORMAT: return f"format {m.get('format')!r} is not {STORE_FORMAT!r}"
+    extra = dict(n_tokens=int, n_documents=int) if m.get('complete') is True else {}
+    if problem := _fields_problem(m, {**_MANIFEST_FIELDS, **extra}): return problem
+    if m['dtype'] not in ('uint16', 'uint32'): return f"dtype {m['dtype']!r} is not 'uint16' or 'uint32'"
+    if m['shard_tokens'] < 1: return f"shard_tokens={m['shard_tokens']} is not >= 1"
+    for i, s in enumerate(m['shards']):
+        where = f'shards[{i}] '
+        if not isinstance(s, dict): return f'{where}is {s!r}, not an object'
+        if problem := _fields_problem(s, _SHARD_FIELDS, where) or _fields_problem(s['sha256'], dict(tokens=str, starts=str), where + 'sha256 '):
+            return problem
+        if not re.fullmatch(r'shard-\d{6}', s['name']): return f"{where}name {s['name']!r} is not shard-NNNNNN"
+    return None
+
+
+def _read_manifest(folder: Path) -> dict:
+    "The manifest of the store in `folder`, checked field by field; an unreadable one is an error naming it."
+    path = Path(folder)/'manifest.json'
+    fix = f'restore it from a copy, or move {folder} aside and build the store again'
+    try: m = json.loads(path.read_bytes())
+    except OSError as e: raise StoreError(f'{path} cannot be read ({e.strerror}); is {folder} a token store?') from None
+    except ValueError as e: raise StoreError(f'{path} is not JSON ({e}): the manifest is damaged; {fix}') from None
+    if problem := _manifest_problem(m): raise StoreError(f'{path} is not a readable token-store manifest: {problem}; {fix}')
     return m
 
 
@@ -486,7 +565,7 @@ def _open_manifest(folder: Path, head: dict, shard_tokens: int, max_tokens: int 
     "The manifest to build from: a new one, or the folder's own checked against `head` and made ready to resume."
     path = folder/'manifest.json'
     if path.is_file():
-        m = read_json(path)
+        m = _read_manifest(folder)
         same = lambda k: m.get(k) == head[k] or (k == 'tokenizer' and {**m[k], 'name': None} == {**head[k], 'name': None})
         differ = sorted(k for k in head if not same(k)) + (['shard_tokens'] if m['shard_tokens'] != shard_tokens else [])
         if differ:
@@ -521,7 +600,7 @@ def default_store_dir() -> Path:
 def _store_plan(source: StoreSource, tokenizer, seed: int) -> tuple[list, dict]:
     "The source's units in build order, and the manifest fields that say what the store holds."
     units, content = (_hub_units if source.kind == 'fineweb-edu' else _finite_units)(source, seed)
-    tok_sha = _tokenizer_sha(tokenizer)
+    tok_sha = tokenizer_sha(tokenizer)
     head = dict(format=STORE_FORMAT, source=dataclasses.asdict(source), content_sha256=content, seed=seed,
                 units=len(units), dtype='uint16' if len(tokenizer) <= 2**16 else 'uint32',
                 tokenizer=dict(name=str(tokenizer.name_or_path), sha256=tok_sha, bos_token_id=tokenizer.bos_token_id,
@@ -535,7 +614,7 @@ def store_path(source: StoreSource, tokenizer, seed: int, store_dir: str | Path 
                content: str | None = None) -> Path:
     "The folder of the store of (source, tokenizer, seed) under `store_dir`: a readable name and a hash."
     name = {'embedded': source.path, 'local': Path(source.path).name, 'fineweb-edu': f'fineweb-edu-{source.subset}'}[source.kind]
-    key = hashlib.sha256(json.dumps([dataclasses.asdict(source), _tokenizer_sha(tokenizer), seed, content]).encode())
+    key = hashlib.sha256(json.dumps([dataclasses.asdict(source), tokenizer_sha(tokenizer), seed, content]).encode())
     return Path(store_dir or default_store_dir())/f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}-seed{seed}-{key.hexdigest()[:10]}"
 
 
@@ -593,13 +672,17 @@ class TokenStore:
         if not (self.folder/'manifest.json').is_file():
             raise StoreError(f'{self.folder} is not a token store (no manifest.json); make one with '
                              f'`python -m mlmclm.data build-store --out {self.folder} ...`')
-        self.manifest = m = read_json(self.folder/'manifest.json')
-        if m.get('format') != STORE_FORMAT:
-            raise StoreError(f"{self.folder}: format {m.get('format')!r} is not {STORE_FORMAT!r}")
+        self.manifest = m = _read_manifest(self.folder)
         if not m['complete']:
             raise StoreError(f"{self.folder}: the build has not finished ({len(m['shards'])} shards so far); rerun the "
                              f"same `build-store` command to finish it")
         self.n_tokens, self.shard_tokens = m['n_tokens'], m['shard_tokens']
+        # every shard's header and size, and the totals: a few reads per shard, no data (checksums: `_shard`)
+        problem = next((p for s in m['shards'] if (p := _check_shard(self.folder, s, m['dtype'], checksums=False))), None)
+        if problem := problem or _layout_problem(m):
+            raise StoreError(f"{self.folder/'manifest.json'} does not match its shards: {problem}. Rerun `python -m "
+                             f"mlmclm.data build-store --out {self.folder}` with the options that built it (it keeps "
+                             f"every shard that passes its checksum and redoes the rest), or restore the manifest")
 
     def __len__(self) -> int: return self.n_tokens
     @property
@@ -608,7 +691,7 @@ class TokenStore:
     def _shard(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         if i not in self._open:
             entry = self.manifest['shards'][i]
-            if self.verify and (problem := _check_shard(self.folder, entry)):
+            if self.verify and (problem := _check_shard(self.folder, entry, self.manifest['dtype'])):
                 raise StoreError(f'{problem}: the shard is corrupt; rerun `build-store` with --out {self.folder} '
                                  f'to rebuild it from its first bad shard')
             self._open[i] = tuple(np.load(self.folder/f"{entry['name']}.{part}.npy", mmap_mode='r')
@@ -623,6 +706,7 @@ class TokenStore:
             shard, off = divmod(pos, self.shard_tokens)
             tokens, starts = self._shard(shard)
             take = min(n - done, len(tokens) - off)
+            if take <= 0: raise StoreError(f'{self.folder}: shard {shard} has no token {off:,}; its manifest is wrong')
             ids[done:done + take] = tokens[off:off + take]
             a, b = np.searchsorted(starts, [off, off + take])
             begins[starts[a:b] - off + done] = True
@@ -657,7 +741,7 @@ def open_store(data: str | Path,        # a store folder, or a source for `build
                              f'--tokenizer {tokenizer.name_or_path} --seed {seed} --store-dir {folder.parent} --workers N')
         store = TokenStore(folder)
     else: store = TokenStore(build_store(data, None, tokenizer, seed, workers, text_field=text_field, store_dir=store_dir))
-    if store.manifest['tokenizer']['sha256'] != _tokenizer_sha(tokenizer):
+    if store.manifest['tokenizer']['sha256'] != tokenizer_sha(tokenizer):
         raise StoreError(f"{store.folder} was made with tokenizer {store.manifest['tokenizer']['name']!r}, not the "
                          f"run's {tokenizer.name_or_path!r} (their definitions differ)")
     return store
@@ -713,9 +797,20 @@ def _cli() -> 'argparse.ArgumentParser':
     b.add_argument('--workers', type=int, default=1); b.add_argument('--seed', type=int, default=42)
     b.add_argument('--shard-tokens', type=int, default=DEFAULT_SHARD_TOKENS)
     b.add_argument('--max-tokens', type=lambda v: int(float(v)), help='stop after this many tokens (e.g. 1.3e11)')
-    v = sub.add_parser('verify-store', help="check every shard's checksum")
+    v = sub.add_parser('verify-store', help="check every shard's checksum and the manifest's totals")
     v.add_argument('folder')
     return p
+
+
+def verify_store(folder: str | Path) -> int:
+    "Print every problem of the store in `folder` (each shard's checksum, the manifest's totals); 1 if any, else 0."
+    folder = Path(folder)
+    m = _read_manifest(folder)
+    problems = [e for s in m['shards'] if (e := _check_shard(folder, s, m['dtype']))]
+    problems += [f"{folder/'manifest.json'}: {p}" for p in [_layout_problem(m)] if p]
+    problems += [] if m['complete'] else [f'{folder}: the build has not finished; rerun its `build-store` command']
+    print('\n'.join(problems) or f"{folder}: {len(m['shards'])} shards, checksums match")
+    return 1 if problems else 0
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -723,10 +818,7 @@ def main(argv: list[str] | None = None) -> None:
     args = _cli().parse_args(argv)
     try:
         if args.command == 'verify-store':
-            store = TokenStore(args.folder, verify=False)
-            problems = [e for s in store.manifest['shards'] if (e := _check_shard(store.folder, s))]
-            print('\n'.join(problems) or f"{store.folder}: {len(store.manifest['shards'])} shards, checksums match")
-            raise SystemExit(1 if problems else 0)
+            raise SystemExit(verify_store(args.folder))
         folder = build_store(args.source, args.out, args.tokenizer, args.seed, args.workers, args.subset, args.repo,
                              args.revision, args.text_field, args.shard_tokens, args.max_tokens, args.store_dir)
     except ConfigError as e: raise SystemExit(f'error: {e}') from None

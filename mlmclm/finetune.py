@@ -10,11 +10,14 @@ import dataclasses
 import functools
 import hashlib
 import inspect
+import io
+import itertools
 import json
 import math
 import os
-import pickle
 import time
+import warnings
+import zipfile
 from functools import cached_property
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +32,7 @@ from .core import (LEASE_S, ConfigError, append_jsonl, atomic_path, atomic_write
 from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL
 from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir
 from .model import TaskModel, build_model, check_checkpoint, default_backend, load, save
-from .data import _tokenizer_sha, load_tokenizer
+from .data import load_tokenizer, tokenizer_sha
 from .objectives import adamw
 from .packing import batch_backward, collate_packed, collate_padded, micro_batches, unpack_examples, unpack_tokens
 from .tasks import (TASKS, Task, entity_f1, load_task, majority_tag, ndcg_encodeval, ndcg_standard,
@@ -38,11 +41,11 @@ from .results import (StoreWriter, check_checkpoint_name, check_store_path, chec
                             current_rows, family_scores, load_results, missing, read_rows)
 
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'TOKENS_PER_GIB', 'KINDS', 'ST_POOLING', 'wrap', 'encode_sequence', 'word_of_tokens',
-           'encode_tokens', 'encode_answer_tokens', 'encode_spans', 'encode_texts', 'check_finetune_config',
-           'resolve_precision', 'train_steps', 'warmup_steps', 'token_budget', 'packed_layout', 'examples_fingerprint',
-           'feature_cache_dir', 'cached_features', 'encode_pairs', 'RunContext', 'encoders_sha', 'HeadKind',
-           'head_kind', 'evaluate', 'cap_eval', 'task_model', 'finetune_run', 'st_tokenizer',
+__all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'TOKENS_PER_GIB', 'FEATURES_MAGIC', 'KINDS', 'ST_POOLING', 'wrap', 'encode_sequence',
+           'word_of_tokens', 'encode_tokens', 'encode_answer_tokens', 'encode_spans', 'encode_texts',
+           'check_finetune_config', 'resolve_precision', 'train_steps', 'warmup_steps', 'token_budget', 'packed_layout',
+           'examples_fingerprint', 'feature_cache_dir', 'cached_features', 'encode_pairs', 'RunContext', 'encoders_sha',
+           'HeadKind', 'head_kind', 'evaluate', 'cap_eval', 'task_model', 'finetune_run', 'st_tokenizer',
            'save_sentence_transformer', 'recorded_name', 'finetune_sweep']
 
 # %% ../nbs/03b_finetune.ipynb #8d3c5f88
@@ -217,12 +220,19 @@ def packed_layout(device: torch.device, max_length: int) -> tuple[str, int | Non
     if device.type == 'cuda' and default_backend(device) != 'flash': return 'sdpa', max_length
     return 'flash', None
 
+# %% ../nbs/03b_finetune.ipynb #c4190831
+FEATURES_MAGIC = b'mlmclm-features/1\n'   # the first line of a feature-cache file; the SHA-256 of the rest follows
 
-def examples_fingerprint(examples, samples: int = 16) -> str:
-    "A short hash of `examples` (a list of dicts or texts): their count and `samples` of them, evenly spread."
-    n = len(examples)
-    picks = sorted({round(i * (n - 1) / max(1, samples - 1)) for i in range(samples)}) if n else []
-    text = repr((n, [examples[int(i)] for i in picks]))
+def _canonical(o):
+    "What JSON writes for the non-JSON values an example may hold (NumPy numbers and arrays)."
+    if isinstance(o, (np.generic, np.ndarray)): return o.tolist()
+    raise TypeError(f'an example holds a {type(o).__name__}, which has no canonical form for the feature-cache key')
+
+
+def examples_fingerprint(examples  # a list of dicts or of texts
+                        ) -> str:
+    "A hash of every example, through one canonical JSON text: any changed value or count gives another."
+    text = json.dumps(examples, sort_keys=True, ensure_ascii=False, separators=(',', ':'), default=_canonical)
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
@@ -234,19 +244,122 @@ def feature_cache_dir(cfg) -> Path | None:
     return Path(cfg.results or project_root()/'runs'/'finetune'/'results.jsonl').parent/'features'
 
 
+def _small(a: np.ndarray) -> np.ndarray:
+    "`a` (int64) in the smallest integer type that holds its values (token ids: int32; labels: int8)."
+    for t in (np.int8, np.int16, np.int32):
+        if not a.size or (np.iinfo(t).min <= a.min() and a.max() <= np.iinfo(t).max): return a.astype(t)
+    return a
+
+
+def _flat(values: list, path: str, allowed: tuple) -> list:
+    "The items of every list in `values` end to end; an item of another type than `allowed` is an error naming it."
+    flat = list(itertools.chain.from_iterable(values))
+    if bad := set(map(type, flat)) - set(allowed):
+        i, v = next((i, v) for i, vs in enumerate(values) for v in vs if type(v) in bad)
+        raise TypeError(f'feature {path!r} of example {i} holds {v!r} ({type(v).__name__}); allowed in a list: '
+                        f'{[t.__name__ for t in allowed]}')
+    return flat
+
+# %% ../nbs/03b_finetune.ipynb #e75f1df4
+def _kind(values: list, path: str) -> str:
+    "How the column `values` (one per example) is stored: 'int', 'float', 'dict', 'ints' or 'pairs'."
+    first = type(values[0])
+    if first is list:
+        item = next((x for v in values if type(v) is list for x in v), 0)
+        first = 'pairs' if item is None or type(item) is tuple else 'ints'
+    for i, v in enumerate(values):
+        if type(v) is not (list if first in ('ints', 'pairs') else first) or first not in (int, float, dict, 'ints', 'pairs'):
+            raise TypeError(f'feature {path!r} of example {i} is {v!r} ({type(v).__name__}); the cache holds ints, floats, '
+                            f'lists of ints, lists of (int, int) pairs or None, and dicts of these')
+    return first if isinstance(first, str) else first.__name__
+
+
+def _pack(rows: list[dict], arrays: dict, where: str = '') -> list:
+    "The layout of `rows` (dicts with the same keys); their values go into `arrays` as flat columns."
+    keys = list(rows[0]) if rows else []
+    if (bad := next((i for i, r in enumerate(rows) if type(r) is not dict or list(r) != keys), None)) is not None:
+        raise TypeError(f'features {where}of example {bad} are not a dict with the keys {keys}')
+    layout = []
+    for k in keys:
+        values, path, col = [r[k] for r in rows], f'{where}{k}', f'c{len(arrays)}'
+        kind = _kind(values, path)
+        if kind == 'dict': layout.append([k, kind, _pack(values, arrays, f'{path}.')]); continue
+        if kind in ('int', 'float'): arrays[col] = np.array(values, dtype=np.int64 if kind == 'int' else np.float64)
+        elif kind == 'ints': arrays[col] = np.array(_flat(values, path, (int,)), dtype=np.int64)
+        else:
+            flat = _flat(values, path, (tuple, type(None)))
+            pairs = [(0, 0) if p is None else p for p in flat]                       # None: (0, 0) and marked
+            _flat(pairs, path, (int,))
+            if set(map(len, pairs)) - {2}: raise TypeError(f'feature {path!r} holds a tuple that is not a pair')
+            arrays[col] = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+            arrays[f'{col}n'] = np.array([p is None for p in flat], dtype=bool)
+        if kind in ('ints', 'pairs'): arrays[f'{col}l'] = np.array(list(map(len, values)), dtype=np.int64)
+        arrays[col] = _small(arrays[col]) if kind != 'float' else arrays[col]
+        layout.append([k, kind, col])
+    return layout
+
+
+def _unpack(layout: list, arrays: dict, n: int) -> list[dict]:
+    "The `n` rows that `_pack` stored as `layout` and `arrays`."
+    columns = []
+    for key, kind, col in layout:
+        if kind == 'dict': values = _unpack(col, arrays, n)
+        elif kind in ('int', 'float'): values = arrays[col].tolist()
+        else:
+            if kind == 'ints': flat = arrays[col].tolist()
+            else:
+                flat = list(zip(arrays[col][:, 0].tolist(), arrays[col][:, 1].tolist()))
+                for i in np.flatnonzero(arrays[f'{col}n']).tolist(): flat[i] = None
+            ends = np.cumsum(arrays[f'{col}l']).tolist()
+            values = [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
+        if len(values) != n: raise ValueError(f'feature {key!r} has {len(values)} values for {n} examples')
+        columns.append(values)
+    return [dict(zip([k for k, *_ in layout], row)) for row in zip(*columns)] if layout else [{} for _ in range(n)]
+
+# %% ../nbs/03b_finetune.ipynb #2874ed9b
+def _features_file(feats: list[dict], key: dict) -> bytes:
+    "A cache file: the magic line, the SHA-256 of the body, and the body (a JSON header line, then an `.npz`)."
+    arrays = {}
+    layout = _pack(feats, arrays)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    body = json.dumps(dict(key=key, n=len(feats), layout=layout), sort_keys=True).encode() + b'\n' + buf.getvalue()
+    return FEATURES_MAGIC + hashlib.sha256(body).hexdigest().encode() + b'\n' + body
+
+
+class _BadFile(ValueError): "Why a feature-cache file cannot be used."
+
+_DAMAGED = (OSError, EOFError, ValueError, KeyError, IndexError, TypeError, StopIteration, zipfile.BadZipFile)
+
+def _read_features(path: Path, key: dict) -> list[dict]:
+    "The features in the cache file `path`; a `_BadFile` says why they cannot be used."
+    data = path.read_bytes()
+    if not data.startswith(FEATURES_MAGIC): raise _BadFile(f'does not begin with {FEATURES_MAGIC[:-1].decode()!r}')
+    digest, _, body = data[len(FEATURES_MAGIC):].partition(b'\n')
+    if hashlib.sha256(body).hexdigest().encode() != digest: raise _BadFile('fails its checksum')
+    head, _, payload = body.partition(b'\n')
+    head = json.loads(head)
+    if head['key'] != json.loads(json.dumps(key)): raise _BadFile('holds the features of another key')
+    with np.load(io.BytesIO(payload), allow_pickle=False) as z: arrays = {k: z[k] for k in z.files}
+    return _unpack(head['layout'], arrays, head['n'])
+
+
 def cached_features(folder: Path,        # the cache folder
                     key: dict,           # everything the features depend on (JSON-able)
                     encode: Callable,    # () -> the features, when the cache has none
                    ) -> list[dict]:
-    "The features of `key` from `folder`, or `encode()`'s, written there atomically for the next run."
+    "The features of `key` from `folder`, or `encode()`'s, written there atomically for the next run; a damaged file is named, removed and rebuilt."
     name = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=16).hexdigest()
-    path = Path(folder)/f"{str(key.get('what', 'features')).split()[0]}-{name}.pkl"
+    path = Path(folder)/f"{str(key.get('what', 'features')).split()[0]}-{name}.features"
     if path.is_file():
-        try:
-            with open(path, 'rb') as f: return pickle.load(f)
-        except (OSError, EOFError, pickle.UnpicklingError): pass   # unreadable: rebuilt below
+        try: return _read_features(path, key)
+        except _DAMAGED as e:
+            why = str(e) if isinstance(e, _BadFile) else f'cannot be read ({type(e).__name__}: {e})'
+            warnings.warn(f'feature cache: {path} {why}; it was removed and is rebuilt', RuntimeWarning, stacklevel=2)
+            path.unlink(missing_ok=True)
     feats = encode()
-    with atomic_path(path) as tmp: tmp.write_bytes(pickle.dumps(feats, protocol=pickle.HIGHEST_PROTOCOL))
+    data = _features_file(feats, key)
+    with atomic_path(path) as tmp: tmp.write_bytes(data)
     return feats
 
 # %% ../nbs/03b_finetune.ipynb #ab4fb7f4
@@ -278,7 +391,7 @@ class RunContext:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision != 'fp32')
 
     @cached_property
-    def tokenizer_id(self) -> str: return _tokenizer_sha(self.tok)
+    def tokenizer_id(self) -> str: return tokenizer_sha(self.tok)
 
     def features(self, what: str, examples, encode: Callable) -> list[dict]:
         "`encode()`, the features of `examples`, from the cache when an earlier run of the same inputs wrote them."

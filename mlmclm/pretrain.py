@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import math
 import os
@@ -34,10 +35,11 @@ from .data import EMBEDDED_SOURCES, TokenStore, load_tokenizer, open_store
 from .objectives import adamw, device_peak_flops, flops_per_token, lm_loss, make_batch, wsd_schedule
 
 # %% auto #0
-__all__ = ['COMPLETE', 'FLOP_CONVENTION', 'resolve_phases', 'check_pretrain_config', 'step_batches', 'prefetched',
-           'recover_swaps', 'state_folder', 'save_training_state', 'load_training_state', 'TrainState', 'Run',
-           'state_memory', 'setup', 'batch_stream', 'train_step', 'Throughput', 'log_metrics', 'keep_checkpoint',
-           'save_if_due', 'pretrain', 'command_config', 'main', 'loss_figure']
+__all__ = ['COMPLETE', 'STATE_MANIFEST', 'STATE_CHECKSUMS', 'FLOP_CONVENTION', 'resolve_phases', 'check_pretrain_config',
+           'step_batches', 'prefetched', 'recover_swaps', 'state_folder', 'save_training_state', 'load_training_state',
+           'StateError', 'seal_state', 'check_state', 'TrainState', 'Run', 'state_memory', 'setup', 'batch_stream',
+           'train_step', 'Throughput', 'log_metrics', 'keep_checkpoint', 'save_if_due', 'pretrain', 'command_config',
+           'main', 'loss_figure']
 
 # %% ../nbs/02_pretrain.ipynb #7dbd8cd7
 def resolve_phases(cfg: PretrainConfig) -> list[Phase]:
@@ -163,6 +165,7 @@ def prefetched(iterator, depth: int = 2):
 
 # %% ../nbs/02_pretrain.ipynb #311535f0
 COMPLETE = '.complete'   # the last file `_atomic_dir` writes into a folder: the copy is whole
+STATE_MANIFEST = 'checksums.json'   # the last file of a training state: bytes and SHA-256 of every other file
 
 def _everyone(run) -> None:
     if run is not None: run.acc.wait_for_everyone()
@@ -223,9 +226,9 @@ def recover_swaps(parent: Path) -> list[str]:
 
 
 def state_folder(path: str | Path) -> Path | None:
-    "`path` if it holds a training state, its `state/` if it is a checkpoint that carries one, else None."
+    "`path` if it holds a training state (or what is left of one), its `state/` if it is a checkpoint that carries one, else None."
     for p in (Path(path), Path(path)/'state'):
-        if (p/'trainer.pt').is_file() or (p/'state.pt').is_file(): return p
+        if any((p/name).is_file() for name in (STATE_MANIFEST, 'trainer.pt', '.metadata', 'state.pt')): return p
     return None
 
 # %% ../nbs/02_pretrain.ipynb #6b86a3cf
@@ -241,19 +244,20 @@ def _quiet_dcp():
 
 
 def _write_state(run, state, folder: Path) -> None:
-    "Every process: its shards of weights and optimizer (DCP); the main process: `trainer.pt` (schedule, step, RNG, data position)."
+    "Every process: its shards of weights and optimizer (DCP); the main process: `trainer.pt` (schedule, step, RNG, data position), then the checksums."
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
     if run.is_main: folder.mkdir(parents=True, exist_ok=True)
     _everyone(run)
     with _quiet_dcp():
         model_sd, optim_sd = get_state_dict(run.model, _optimizer(run.optimizer))
-        dcp.save(dict(model=model_sd, optim=optim_sd), checkpoint_id=str(folder))
+        dcp.save(dict(model=model_sd, optim=optim_sd), checkpoint_id=str(folder))   # collective: every shard is written
     if run.is_main:
         extra = dict(tokens_seen=state.tokens_seen, run_id=run.run_id, data_offset=run.data_offset,
                      store_id=run.store.store_id, processes=run.acc.num_processes, sharding=run.sharding)
         torch.save(dict(scheduler=run.scheduler.state_dict(), step=state.step, torch_rng=torch.get_rng_state(),
                         extra=json.dumps(extra)), folder/'trainer.pt')
+        seal_state(folder)
 
 
 def save_training_state(run, state) -> Path:
@@ -262,8 +266,10 @@ def save_training_state(run, state) -> Path:
 
 
 def load_training_state(run, folder: Path):
-    "Restore weights, optimizer, schedule and RNG from a state `folder` into the prepared run (every process); returns `(TrainState, extra)`."
-    if (Path(folder)/'state.pt').is_file(): return _load_legacy_state(run, Path(folder))
+    "Check the state `folder`, then restore weights, optimizer, schedule and RNG into the prepared run (every process); returns `(TrainState, extra)`."
+    folder = Path(folder)
+    check_state(folder)                      # before anything in it is unpickled
+    if (folder/'state.pt').is_file(): return _load_legacy_state(run, folder)
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
     opt = _optimizer(run.optimizer)
@@ -272,25 +278,113 @@ def load_training_state(run, folder: Path):
         saved = dict(model=model_sd, optim=optim_sd)
         dcp.load(saved, checkpoint_id=str(folder))
         set_state_dict(run.model, opt, model_state_dict=saved['model'], optim_state_dict=saved['optim'])
-    trainer = torch.load(Path(folder)/'trainer.pt', weights_only=True)
+    trainer = torch.load(folder/'trainer.pt', weights_only=True)
     run.scheduler.load_state_dict(trainer['scheduler'])
     torch.set_rng_state(trainer['torch_rng'])
     extra = json.loads(trainer['extra'])
     return TrainState(trainer['step'], extra.get('tokens_seen', 0)), extra
 
 
+def _legacy_file(folder: Path, name: str, read):
+    "`read(path)` of a file of an earlier version's state; a damaged file is an error naming it and the checkpoints."
+    try: return read(folder/name)
+    except Exception as e:   # safetensors', zip's and the unpickler's own errors: each library has its own types
+        raise StateError(f'the training state {folder} cannot be resumed: {folder/name} is damaged ({type(e).__name__}: '
+                         f'{str(e)[:200]}). {_resume_instead(folder)}') from None
+
+
 def _load_legacy_state(run, folder: Path):
-    "A state written before DCP (`model.safetensors` + `state.pt`): one full copy, so not under FSDP."
+    "A state written before DCP (`model.safetensors` + `state.pt`, both read without running code): one full copy, so not under FSDP."
     from safetensors.torch import load_file
     if run.sharding == 'fsdp2': raise ConfigError(f'{folder} is a state of an earlier version: resume it without fsdp')
-    sd = load_file(str(folder/'model.safetensors'))
+    sd = _legacy_file(folder, 'model.safetensors', lambda p: load_file(str(p)))
+    st = _legacy_file(folder, 'state.pt', lambda p: torch.load(p, weights_only=True))
     if run.raw_model.config.tie_word_embeddings: sd['lm_head.weight'] = sd['model.embed_tokens.weight']
     run.raw_model.load_state_dict(sd)
-    st = torch.load(folder/'state.pt', weights_only=True)
     _optimizer(run.optimizer).load_state_dict(st['optimizer']); run.scheduler.load_state_dict(st['scheduler'])
     torch.set_rng_state(st['torch_rng'])
     extra = json.loads(st['extra'])
     return TrainState(st['step'], extra.get('tokens_seen', 0)), extra
+
+# %% ../nbs/02_pretrain.ipynb #a3c1e5f7
+STATE_CHECKSUMS = 'mlmclm-state-checksums/1'   # the format of `checksums.json`
+
+class StateError(ConfigError):
+    "A training state that cannot be resumed (damaged, unchecked or planted files); says which file, and where to resume instead."
+
+
+def _sha256(path: Path) -> str:
+    with open(path, 'rb') as f: return hashlib.file_digest(f, 'sha256').hexdigest()
+
+
+def _state_files(folder: Path) -> dict[str, Path]:
+    "Every file under a state folder but its checksums and `.complete` mark, by its path relative to the folder."
+    files = {p.relative_to(folder).as_posix(): p for p in sorted(Path(folder).rglob('*')) if p.is_file()}
+    return {k: p for k, p in files.items() if k not in (STATE_MANIFEST, COMPLETE)}
+
+
+def seal_state(folder: str | Path  # a training-state folder whose files are as they were written
+              ) -> Path:
+    "Write `checksums.json` (bytes and SHA-256 of every other file) into `folder`, atomically; by hand only for a state you trust."
+    folder = Path(folder)
+    files = {k: dict(bytes=p.stat().st_size, sha256=_sha256(p)) for k, p in _state_files(folder).items()}
+    return atomic_write_json(folder/STATE_MANIFEST, dict(format=STATE_CHECKSUMS, files=files))
+
+
+def _read_checksums(folder: Path) -> dict | str:
+    "The `files` table of the folder's `checksums.json`, or what is wrong with it."
+    path = folder/STATE_MANIFEST
+    if not path.is_file():
+        return (f'it has no {STATE_MANIFEST} (states written before mlmclm checked them have none), so its files cannot '
+                f'be checked, and reading them would unpickle them. If you wrote it and nobody else could have changed '
+                f'it, seal it first: python -c "from mlmclm.pretrain import seal_state; seal_state(\'{folder}\')"')
+    try: m = json.loads(path.read_bytes())
+    except (OSError, ValueError) as e: return f'{path} is not readable JSON ({e})'
+    files = m.get('files') if isinstance(m, dict) and m.get('format') == STATE_CHECKSUMS else None
+    good = lambda k, v: (isinstance(v, dict) and isinstance(v.get('bytes'), int) and isinstance(v.get('sha256'), str)
+                         and not Path(k).is_absolute() and '..' not in Path(k).parts)
+    if not isinstance(files, dict) or not all(good(k, v) for k, v in files.items()):
+        return f'{path} is not a checksum table of format {STATE_CHECKSUMS!r}'
+    return files
+
+
+def _state_problem(folder: Path) -> str | None:
+    "What keeps the state `folder` from being read safely: no readable checksums, or a file missing, added or changed."
+    files = _read_checksums(folder)
+    if isinstance(files, str): return files
+    have = _state_files(folder)
+    if extra := sorted(set(have) - set(files)):
+        return f'{have[extra[0]]} is not in {STATE_MANIFEST} (a file added after the state was written)'
+    for name, want in files.items():                    # sizes first: a truncated copy is found without reading it
+        if name not in have: return f'{folder/name} is missing'
+        if (size := have[name].stat().st_size) != want['bytes']:
+            return f"{folder/name} fails its checksum (it is {size} bytes, the manifest says {want['bytes']})"
+    for name, want in files.items():
+        if (got := _sha256(have[name])) != want['sha256']:
+            return f"{folder/name} fails its checksum (sha256 {got[:12]}..., the manifest says {want['sha256'][:12]}...)"
+    return None
+
+
+def _resume_instead(folder: Path) -> str:
+    "Where to resume from instead of the state `folder`: the checkpoints of its run that carry a state."
+    run = folder.parent.parent.parent if folder.parent.parent.name == 'checkpoints' else folder.parent
+    steps = sorted((int(m.group(1)), p/'state') for p in (run/'checkpoints').glob('step-*')
+                   if (m := re.fullmatch(r'step-(\d+)', p.name)) and p/'state' != folder and state_folder(p/'state'))
+    if not steps: return f'No checkpoint of this run carries a state: move {folder} aside to train the run from step 0.'
+    listed = ', '.join(str(p) for _, p in steps)
+    if folder != run/'state': return f'Checkpoints of this run with a state: {listed}.'
+    return (f'Checkpoints of this run with a state: {listed}. To resume from the latest (the steps after it are trained '
+            f'again, to the same weights): rm -r {folder} && cp -r {steps[-1][1]} {folder}')
+
+
+def check_state(folder: str | Path  # a training-state folder
+               ) -> None:
+    "Refuse a state whose files do not match its checksums (or that has none), naming the file and the checkpoints to resume from; a state of the pre-DCP format (nothing in it runs code when read) needs none."
+    folder = Path(folder)
+    if not (folder/STATE_MANIFEST).exists() and (folder/'state.pt').is_file(): return
+    if problem := _state_problem(folder):
+        raise StateError(f'the training state {folder} cannot be resumed: {problem}. Nothing was read from it. '
+                         f'{_resume_instead(folder)}')
 
 # %% ../nbs/02_pretrain.ipynb #3861a4f8
 def _tokenizer_for(cfg: PretrainConfig):

@@ -278,3 +278,82 @@ def test_bad_pretraining_inputs_fail_before_any_work_with_the_value_named(tmp_pa
         pretrain(build_config(PretrainConfig, {**TINY, 'out_dir': str(tmp_path/'runs'), 'run_id': 'r', **values}))
     assert message in str(err.value), str(err.value)
     assert not (tmp_path/'runs'/'r').exists()             # failed before the run folder (or any training) existed
+
+
+# ---------------------------------------------------------------- issue 27, items 6 and 20: the state folder is checked
+class _Planted:
+    "A pickle that writes a file when it is loaded: what an attacker who can write `state/` would plant."
+    def __init__(self, marker): self.marker = str(marker)
+    def __reduce__(self): return (exec, (f"open({self.marker!r}, 'w').write('ran')",))
+
+
+@pytest.fixture(scope='module')
+def stopped(tmp_path_factory):
+    "A run stopped at step 4 with a checkpoint (and its state) at step 2; each test damages a copy."
+    tmp = tmp_path_factory.mktemp('stopped')
+    pretrain(_cfg(tmp, stop_at_step=4, checkpoint_steps='2'))
+    return tmp
+
+
+def _copy_run(stopped, tmp_path):
+    shutil.copytree(stopped, tmp_path, dirs_exist_ok=True)
+    return tmp_path/'r'
+
+
+def _refused(tmp_path, *names):
+    "Resuming the run refuses, naming `names` and the checkpoint to resume from; returns the message."
+    with pytest.raises(ConfigError) as err:
+        pretrain(_cfg(tmp_path, checkpoint_steps='2'))
+    text = str(err.value)
+    assert all(n in text for n in names) and 'checkpoints/step-2/state' in text, text
+    return text
+
+
+def test_item6_a_planted_metadata_pickle_is_refused_before_anything_is_unpickled(stopped, tmp_path):
+    import pickle
+    run, marker = _copy_run(stopped, tmp_path), tmp_path/'pwned'
+    (run/'state'/'.metadata').write_bytes(pickle.dumps(_Planted(marker)))
+    _refused(tmp_path, 'state/.metadata', 'fails its checksum')
+    assert not marker.exists()
+
+
+def _flip(path):
+    raw = bytearray(path.read_bytes()); raw[len(raw) // 2] ^= 1; path.write_bytes(bytes(raw))
+
+
+DAMAGED_STATES = {   # id: (what is done to state/, what the refusal names)
+    'a flipped byte in the weights': (lambda s: _flip(next(s.glob('*.distcp'))), 'fails its checksum'),
+    'trainer.pt truncated': (lambda s: (s/'trainer.pt').write_bytes((s/'trainer.pt').read_bytes()[:100]),
+                             'trainer.pt fails its checksum (it is 100 bytes'),
+    'trainer.pt missing': (lambda s: (s/'trainer.pt').unlink(), 'trainer.pt is missing'),
+    '.metadata missing': (lambda s: (s/'.metadata').unlink(), '.metadata is missing'),
+    'a file added': (lambda s: (s/'extra.pt').write_bytes(b'x'), 'extra.pt is not in'),
+    'the manifest torn': (lambda s: (s/'checksums.json').write_text('{"files": {'), 'checksums.json is not'),
+    'the manifest gone (as a state of the previous version)': (lambda s: (s/'checksums.json').unlink(), 'seal_state'),
+}
+
+
+@pytest.mark.parametrize('case', list(DAMAGED_STATES))
+def test_item20_a_damaged_state_is_refused_naming_the_file_and_the_checkpoints(stopped, tmp_path, case):
+    damage, message = DAMAGED_STATES[case]
+    run = _copy_run(stopped, tmp_path)
+    damage(run/'state')
+    _refused(tmp_path, message)
+
+
+def test_item20_the_refusal_says_how_to_resume_from_a_checkpoint_and_that_resumes_exactly(stopped, straight, tmp_path):
+    run = _copy_run(stopped, tmp_path)
+    _flip(run/'state'/'trainer.pt')
+    text = _refused(tmp_path, 'trainer.pt')
+    assert f"rm -r {run/'state'} && cp -r {run/'checkpoints'/'step-2'/'state'} {run/'state'}" in text, text
+    shutil.rmtree(run/'state'); shutil.copytree(run/'checkpoints'/'step-2'/'state', run/'state')
+    assert _same(straight, _weights(pretrain(_cfg(tmp_path, checkpoint_steps='2'))/'checkpoints'/'step-8'))
+
+
+def test_item6_a_state_without_checksums_resumes_once_sealed(stopped, straight, tmp_path):
+    from mlmclm.pretrain import seal_state
+    run = _copy_run(stopped, tmp_path)
+    (run/'state'/'checksums.json').unlink()                  # what the previous version wrote
+    _refused(tmp_path, 'seal_state')
+    seal_state(run/'state')                                  # the owner vouches for it
+    assert _same(straight, _weights(pretrain(_cfg(tmp_path, checkpoint_steps='2'))/'checkpoints'/'step-8'))

@@ -111,3 +111,134 @@ def test_a_run_that_passes_the_end_of_its_store_warns_with_the_epoch_count(tmp_p
         run = pretrain(cfg)
     data = read_json(run/'run.json')['data']
     assert data['repeats'] and data['epochs'] == round(6 * 4 * 32 / data['store_tokens'], 4) > 1
+
+
+# ---------------------------------------------------------------- issue 27, items 13, 14 and 20: the manifest is checked
+import shutil
+
+import pytest
+
+from mlmclm.core import atomic_write_json
+from mlmclm.data import StoreError, TokenStore, main as data_main
+
+SHARD = 40_000
+
+
+@pytest.fixture(scope='module')
+def small_store(tmp_path_factory):
+    "The embedded corpus in 32 shards of 40,000 tokens (built once; each test edits a copy)."
+    return build_store('embedded', tmp_path_factory.mktemp('store')/'emb', shard_tokens=SHARD)
+
+
+def _copy(store, tmp_path, edit=None):
+    "A copy of `store` whose manifest `edit(m)` changed (in place)."
+    out = tmp_path/'copy'
+    shutil.copytree(store, out)
+    if edit:
+        m = read_json(out/'manifest.json'); edit(m); atomic_write_json(out/'manifest.json', m)
+    return out
+
+
+def _set(key, value): return lambda m: m.update({key: value(m) if callable(value) else value})
+def _shard0(key, value): return lambda m: m['shards'][0].update({key: value})
+
+
+EDITED_MANIFESTS = {   # id: (the edit, what the refusal says)
+    'n_tokens lowered': (_set('n_tokens', lambda m: m['n_tokens'] - 1000), 'n_tokens='),
+    'n_tokens raised': (_set('n_tokens', lambda m: m['n_tokens'] + 1000), 'n_tokens='),
+    'shard_tokens raised': (_set('shard_tokens', 2 * SHARD), f'shard_tokens={2 * SHARD}'),
+    'shard_tokens lowered': (_set('shard_tokens', SHARD // 2), f'shard_tokens={SHARD // 2}'),
+    "a shard's tokens changed": (_shard0('tokens', SHARD - 7), f'shard-000000.tokens.npy holds {SHARD:,} tokens'),
+    "a shard's documents changed": (_shard0('documents', 1), 'shard-000000.starts.npy holds'),
+    'n_documents changed': (_set('n_documents', 3), 'n_documents=3'),
+}
+
+
+@pytest.mark.parametrize('case', list(EDITED_MANIFESTS))
+def test_item13_a_manifest_that_disagrees_with_its_shards_is_refused_when_the_store_is_opened(small_store, tmp_path, case):
+    edit, message = EDITED_MANIFESTS[case]
+    folder = _copy(small_store, tmp_path, edit)
+    with pytest.raises(StoreError) as err:
+        TokenStore(folder)
+    assert message in str(err.value) and str(folder/'manifest.json') in str(err.value), str(err.value)
+    assert 'build-store' in str(err.value)                     # and what to do
+
+
+def test_item13_a_truncated_shard_file_is_refused_when_the_store_is_opened_not_when_read(small_store, tmp_path):
+    folder = _copy(small_store, tmp_path)
+    path = folder/'shard-000003.tokens.npy'
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(StoreError, match=r'shard-000003.tokens.npy is \d+ bytes, \d+ expected'):
+        TokenStore(folder, verify=False)
+
+
+def test_item13_the_builder_repairs_an_edited_n_tokens_and_an_edited_shard_entry(small_store, tmp_path):
+    folder = _copy(small_store, tmp_path, lambda m: (m.update(n_tokens=5), m['shards'][4].update(tokens=1)))
+    build_store('embedded', folder, shard_tokens=SHARD)       # the same command that built it repairs it
+    assert _shas(folder) == _shas(small_store)
+    assert len(TokenStore(folder)) == read_json(small_store/'manifest.json')['n_tokens']
+
+
+def test_item14_max_tokens_given_on_resume_is_honoured_or_refused(small_store, tmp_path):
+    "What a kill leaves of a build capped at 1M: 3 shards and the cursor; resumed with other caps."
+    def killed(m):
+        m.update(complete=False, max_tokens=1_000_000, shards=m['shards'][:3], cursor=m['shards'][3]['begins_at'])
+        del m['n_tokens']
+    folder = _copy(small_store, tmp_path, killed)
+    with pytest.raises(StoreError, match=r'already holds 120,000 tokens, more than max_tokens=100,000'):
+        build_store('embedded', folder, shard_tokens=SHARD, max_tokens=100_000)
+    build_store('embedded', folder, shard_tokens=SHARD, max_tokens=200_000)
+    m = read_json(folder/'manifest.json')
+    assert (m['n_tokens'], m['max_tokens'], m['complete']) == (200_000, 200_000, True)
+    assert _shas(folder) == _shas(small_store)[:5]            # the first 200,000 tokens of the same stream
+
+
+TORN_MANIFESTS = {   # id: (bytes of manifest.json from the good one, what the error says)
+    'truncated': (lambda b: b[:len(b) // 2], 'is not JSON'),
+    'garbage': (lambda b: b'\x00\xff garbage', 'is not JSON'),
+    'empty': (lambda b: b'', 'is not JSON'),
+    'a list': (lambda b: b'[1, 2]', 'not a token-store manifest'),
+    'no shards': (lambda b: json.dumps({k: v for k, v in json.loads(b).items() if k != 'shards'}).encode(),
+                  "has no 'shards'"),
+    'a shard without checksums': (lambda b: json.dumps(dict(json.loads(b), shards=[
+        {k: v for k, v in s.items() if k != 'sha256'} for s in json.loads(b)['shards']])).encode(), "shards[0] has no 'sha256'"),
+    'n_tokens a string': (lambda b: json.dumps(dict(json.loads(b), n_tokens='many')).encode(), "'n_tokens' is 'many'"),
+}
+
+
+@pytest.mark.parametrize('case', list(TORN_MANIFESTS))
+def test_item20_a_torn_or_corrupt_manifest_is_named_by_the_reader_the_builder_and_verify_store(small_store, tmp_path, case,
+                                                                                             capsys):
+    damage, message = TORN_MANIFESTS[case]
+    folder = _copy(small_store, tmp_path)
+    path = folder/'manifest.json'
+    path.write_bytes(damage(path.read_bytes()))
+    for attempt in (lambda: TokenStore(folder), lambda: build_store('embedded', folder, shard_tokens=SHARD)):
+        with pytest.raises(StoreError) as err:
+            attempt()
+        assert str(path) in str(err.value) and message in str(err.value), str(err.value)
+    with pytest.raises(SystemExit) as err:
+        data_main(['verify-store', str(folder)])
+    assert str(path) in str(err.value.code) and message in str(err.value.code), err.value.code
+
+
+@pytest.mark.slow
+def test_item14_a_build_killed_under_one_cap_and_resumed_under_a_smaller_one_stops_there_or_refuses(tmp_path):
+    "A real SIGKILL at a random point of a build capped at 1M tokens, resumed with --max-tokens 200000."
+    cmd = [sys.executable, '-m', 'mlmclm.data', 'build-store', '--out', str(tmp_path/'s'), '--shard-tokens', str(SHARD)]
+    proc = subprocess.Popen([*cmd, '--max-tokens', '1000000'], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    target, deadline = random.Random().randint(1, 8), time.time() + 120     # shards written before the kill
+    def shards():
+        try: return len(json.loads((tmp_path/'s'/'manifest.json').read_text())['shards'])
+        except (OSError, ValueError): return 0
+    while time.time() < deadline and shards() < target and proc.poll() is None:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL); proc.wait()
+    written = sum(s['tokens'] for s in read_json(tmp_path/'s'/'manifest.json')['shards'])
+    again = subprocess.run([*cmd, '--max-tokens', '200000'], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    print(f'killed after {written:,} tokens (target {target} shards)')
+    if written > 200_000:
+        assert again.returncode != 0 and f'already holds {written:,} tokens' in again.stderr, again.stderr[-2000:]
+    else:
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert read_json(tmp_path/'s'/'manifest.json')['n_tokens'] == 200_000
