@@ -5,17 +5,27 @@
 # %% ../nbs/01b_objectives.ipynb #7470702d
 from __future__ import annotations
 
+import functools
+import warnings
+import weakref
+from dataclasses import dataclass
+
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import checkpoint
 
 from .core import ConfigError
 from .vocab import ADAMW, AdamW, Phase
-from .model import Transformer
+from .model import Block, Rotary, Transformer, allowed_attention, host_layout, layout_of, model_config
 
 # %% auto #0
-__all__ = ['IGNORE', 'PEAK_BF16_FLOPS', 'clm_labels', 'mask_tokens', 'make_batch', 'chunked_cross_entropy', 'lm_loss',
-           'wsd_schedule', 'adamw', 'flops_per_token', 'device_peak_flops']
+__all__ = ['IGNORE', 'PEAK_FLOPS', 'PLANNER_GPU', 'STRATEGIES', 'GIB', 'FIT_STEPS', 'clm_labels', 'mask_tokens', 'make_batch',
+           'chunked_cross_entropy', 'lm_loss', 'wsd_schedule', 'adamw', 'flops_per_token', 'attention_span', 'Peak',
+           'peak_flops', 'device_peak_flops', 'MemoryMeter', 'activation_bytes', 'logit_bytes', 'memory_estimate',
+           'memory_line', 'fit_settings']
 
 # %% ../nbs/01b_objectives.ipynb #c69bbade
 IGNORE = -100  # the label of positions that take no loss (PyTorch's and Hugging Face's convention)
@@ -62,14 +72,17 @@ def make_batch(rows: dict,                 # 'input_ids', 'document_ids': (B, T)
                replace: tuple,
                seed: int, first_row: int,  # masking generator seed parts: the run's seed and the batch's first row
               ) -> dict:
-    "Inputs, labels and attention mode of one micro-batch under `phase`'s objective."
+    """Inputs, labels and attention mode of one micro-batch under `phase`'s objective, with the documents' layout for
+    the variable-length kernels (`cu_seqlens`, `max_seqlen`; built here, on the CPU, see `01_model`)."""
     ids, docs = rows['input_ids'], rows['document_ids']
+    lay = host_layout(None, docs)
+    layout = dict(cu_seqlens=lay['cu_seqlens'], max_seqlen=lay['max_len'])
     if phase.objective == 'clm':
-        return dict(input_ids=ids, document_ids=docs, labels=clm_labels(ids, docs), is_causal=True)
+        return dict(input_ids=ids, document_ids=docs, labels=clm_labels(ids, docs), is_causal=True, **layout)
     g = torch.Generator().manual_seed(seed * 1_000_003 + first_row)
     inputs, labels = mask_tokens(ids, phase.mask_ratio, tokenizer_ids['mask_token_id'], tokenizer_ids['vocab_size'],
                                  tokenizer_ids['special_ids'], replace, generator=g)
-    return dict(input_ids=inputs, document_ids=docs, labels=labels, is_causal=False)
+    return dict(input_ids=inputs, document_ids=docs, labels=labels, is_causal=False, **layout)
 
 
 def _ce_sum(h, w, y):   # h: (n, hidden), w: (V, hidden), y: (n,)
@@ -99,7 +112,7 @@ def lm_loss(model, batch: dict,
     sel = labels != IGNORE                                                        # (B, T)
     # CLM labels nearly every position: gathering them would only copy the hidden states, so CLM stays dense
     sparse_head = sparse_head and not batch['is_causal']
-    kw = dict(is_causal=batch['is_causal'], document_ids=batch['document_ids'])
+    kw = dict(is_causal=batch['is_causal'], document_ids=batch['document_ids'], layout=layout_of(batch))
     if ce_chunk:   # through the model's own call (DDP and torch.compile wrap it), then the head chunk by chunk
         h = model(batch['input_ids'], head=False, **kw).hidden_states            # (B, T, hidden)
         if sparse_head: h, labels = h[sel], labels[sel]                           # (n_masked, hidden), (n_masked,)
@@ -133,20 +146,259 @@ def adamw(model: torch.nn.Module,
     return torch.optim.AdamW(groups, lr=lr, betas=(settings.beta1, settings.beta2), eps=settings.eps, fused=fused)
 
 # %% ../nbs/01b_objectives.ipynb #599143c1
-PEAK_BF16_FLOPS = {'H100': 989e12, 'H200': 989e12, 'A100': 312e12, 'MI250X': 383e12, 'L40S': 362e12, 'A10G': 125e12}
-
-def flops_per_token(cfg, seq_len: int, objective: str = 'clm', mask_ratio: float = 0.4, sparse_head: bool = True) -> float:
-    "Training FLOPs per token under the convention above (`cfg` a `ModelConfig`)."
+def flops_per_token(cfg,                      # a `ModelConfig`
+                    seq_len: int,             # tokens per row
+                    objective: str = 'clm',   # 'clm' or 'mlm'
+                    mask_ratio: float = 0.4,  # MLM: the share of positions the sparse head computes
+                    sparse_head: bool = True, # MLM: the LM head only at masked positions
+                    attn_len: float | None = None,  # keys per query in the attention term; None: `seq_len` (the convention)
+                   ) -> float:
+    "Training FLOPs per token under the convention above."
     with torch.device('meta'): m = Transformer(cfg)
     embed = cfg.vocab_size * cfg.hidden_size
     head = cfg.vocab_size * cfg.hidden_size
     body = m.num_parameters(lm_head=True) - (0 if cfg.tie_word_embeddings else embed) - head
     head_share = mask_ratio if (objective == 'mlm' and sparse_head) else 1.0
-    attn = 12 * cfg.num_hidden_layers * seq_len * cfg.num_attention_heads * cfg.head_dim
+    attn = 12 * cfg.num_hidden_layers * (seq_len if attn_len is None else attn_len) * cfg.num_attention_heads * cfg.head_dim
     return 6 * (body + head_share * head) + attn
 
+
+def attention_span(document_ids: torch.Tensor,  # (B, T) packed-document index of each token (a CPU batch)
+                  ) -> float:                   # Σ len² / Σ len over the documents of the batch
+    "The mean number of keys a token attends to under document masking (T for rows of one document)."
+    B, T = document_ids.shape
+    starts = torch.ones(B, T, dtype=torch.bool, device=document_ids.device)
+    starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    first = starts.flatten().nonzero().flatten()
+    lengths = torch.diff(first, append=first.new_tensor([B * T])).double()     # (n_docs,), rows cut at their ends
+    return float((lengths ** 2).sum() / lengths.sum())
+
+# %% ../nbs/01b_objectives.ipynb #b771d885
+@dataclass(frozen=True)
+class Peak:
+    flops: float   # dense bf16 FLOP/s of one device (one die for multi-die boards)
+    source: str    # where the figure comes from
+
+_NV = 'https://www.nvidia.com/en-us/data-center/'
+_H100, _H200, _GH200 = (_NV + 'h100/', _NV + 'h200/', _NV + 'grace-hopper-superchip/')
+_A100, _AMD = (_NV + 'a100/', 'https://www.amd.com/en/products/accelerators/instinct/')
+PEAK_FLOPS: dict[str, Peak] = {   # torch.cuda.get_device_name(...) -> peak; dense = the datasheet's sparse figure / 2
+    'NVIDIA H100 80GB HBM3': Peak(989.4e12, _H100 + ' (H100 SXM: 1,979 TFLOPS bf16 with sparsity)'),
+    'NVIDIA H100 PCIe': Peak(756.5e12, _H100 + ' (H100 PCIe: 1,513 TFLOPS bf16 with sparsity)'),
+    'NVIDIA H100 NVL': Peak(835.5e12, _H100 + ' (H100 NVL: 1,671 TFLOPS bf16 with sparsity, per GPU)'),
+    'NVIDIA H200': Peak(989.4e12, _H200 + ' (H200 SXM: 1,979 TFLOPS bf16 with sparsity)'),
+    'NVIDIA H200 NVL': Peak(835.5e12, _H200 + ' (H200 NVL: 1,671 TFLOPS bf16 with sparsity)'),
+    'NVIDIA GH200 480GB': Peak(989.4e12, _GH200 + ' (GH200: 1,979 TFLOPS bf16 with sparsity)'),
+    'NVIDIA GH200 144G HBM3e': Peak(989.4e12, _GH200 + ' (GH200: 1,979 TFLOPS bf16 with sparsity)'),
+    'NVIDIA H800': Peak(989.4e12, 'NVIDIA H800 SXM5 product brief: the H100 SXM compute die (1,979 TFLOPS bf16 with sparsity)'),
+    'NVIDIA H800 PCIe': Peak(756.5e12, 'NVIDIA H800 PCIe product brief: the H100 PCIe compute (1,513 TFLOPS bf16 with sparsity)'),
+    'NVIDIA A100-SXM4-40GB': Peak(312e12, _A100 + ' (A100: 312 TFLOPS bf16 dense)'),
+    'NVIDIA A100-SXM4-80GB': Peak(312e12, _A100 + ' (A100: 312 TFLOPS bf16 dense)'),
+    'NVIDIA A100-PCIE-40GB': Peak(312e12, _A100 + ' (A100: 312 TFLOPS bf16 dense)'),
+    'NVIDIA A100 80GB PCIe': Peak(312e12, _A100 + ' (A100: 312 TFLOPS bf16 dense)'),
+    'NVIDIA A800-SXM4-80GB': Peak(312e12, 'NVIDIA A800 datasheet (312 TFLOPS bf16 dense, as A100)'),
+    'NVIDIA L40S': Peak(362.05e12, _NV + 'l40s/ (733 TFLOPS bf16 with sparsity)'),
+    'NVIDIA L4': Peak(121e12, _NV + 'l4/ (242 TFLOPS bf16 with sparsity)'),
+    'NVIDIA A10': Peak(125e12, _NV + 'products/a10-gpu/ (250 TFLOPS bf16 with sparsity)'),
+    'AMD Instinct MI250X': Peak(191.5e12, _AMD + 'mi200/mi250x.html (383 TFLOPS bf16 per board of 2 dies; each die is a device)'),
+    'AMD Instinct MI250': Peak(181.0e12, _AMD + 'mi200/mi250.html (362 TFLOPS bf16 per board of 2 dies)'),
+    'AMD Instinct MI300X': Peak(1307.4e12, _AMD + 'mi300/mi300x.html (1,307.4 TFLOPS bf16 dense)'),
+    'AMD Instinct MI325X': Peak(1307.4e12, _AMD + 'mi300/mi325x.html (1,307.4 TFLOPS bf16 dense)'),
+}
+PLANNER_GPU = 'NVIDIA H100 80GB HBM3'   # the card `study plan` prices GPU hours on by default
+
+
+def peak_flops(name: str) -> float | None:
+    "Dense bf16 peak FLOP/s of the device called `name` (exactly as `torch.cuda.get_device_name` says), else None."
+    return PEAK_FLOPS[name].flops if name in PEAK_FLOPS else None
+
+
+@functools.lru_cache(maxsize=None)
+def _unknown(name: str) -> None:
+    warnings.warn(f'unknown device {name!r}: no MFU (its peak FLOP/s is not in mlmclm.objectives.PEAK_FLOPS; '
+                  f'add it there with its source)', RuntimeWarning, stacklevel=3)
+
+
 def device_peak_flops(device: torch.device) -> float | None:
-    "Dense bf16 peak of a known GPU, else None (no MFU on CPU)."
+    "Dense bf16 peak of the GPU `device` if its name is in `PEAK_FLOPS`, else None (no MFU; CPUs have none)."
     if torch.device(device).type != 'cuda': return None
     name = torch.cuda.get_device_name(device)
-    return next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+    if name not in PEAK_FLOPS: _unknown(name)
+    return peak_flops(name)
+
+# %% ../nbs/01b_objectives.ipynb #8f4f7a69
+class MemoryMeter(TorchDispatchMode):
+    """Bytes of tensor storage alive (`live`) and the most ever alive (`peak`) among the storages created while it is
+    active: an allocator-free account of memory that works on a CPU. A storage counts from the operation that
+    creates it until it is freed (a finalizer on the storage); views and in-place results are not new storage."""
+    def __init__(self):
+        super().__init__()
+        self.live, self.peak, self._seen = 0, 0, set()
+
+    def _free(self, key: int, n: int) -> None: self._seen.discard(key); self.live -= n
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor) or t.device.type == 'meta': continue
+            s = t.untyped_storage(); key, n = s.data_ptr(), s.nbytes()
+            if key in self._seen or key in inputs or n == 0: continue
+            self._seen.add(key); self.live += n; self.peak = max(self.peak, self.live)
+            weakref.finalize(s, self._free, key, n)
+        return out
+
+# %% ../nbs/01b_objectives.ipynb #f4e3eadc
+def _shape_key(cfg) -> tuple:
+    "What a block's activations depend on."
+    return (cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
+            cfg.attention_bias, cfg.attn_backend)
+
+
+def _blocks_forward(cfg, blocks, rows: int, layers: int, bf16: bool, checkpointed: bool, T: int = 8) -> int:
+    "Bytes alive after the forward pass of `layers` of `blocks` over `rows` rows of two documents each."
+    x = torch.randn(rows, T, cfg.hidden_size, requires_grad=True)
+    cos, sin = Rotary(cfg)(torch.arange(T)[None])
+    docs = torch.tensor([[0] * (T // 2) + [1] * (T - T // 2)] * rows)
+    allowed = host_layout(None, docs) if cfg.attn_backend == 'flash' else allowed_attention(False, T, None, docs)
+    with MemoryMeter() as mm, torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
+        for block in blocks[:layers]:
+            x = checkpoint(block, x, cos, sin, False, allowed, use_reentrant=False) if checkpointed else \
+                block(x, cos, sin, False, allowed)
+        return mm.live
+
+
+@functools.lru_cache(maxsize=None)
+def _activation_bytes(key: tuple, bf16: bool, checkpointed: bool) -> float:
+    cfg = model_config('tiny', hidden_size=key[0], intermediate_size=key[1], num_attention_heads=key[2],
+                       num_key_value_heads=key[3], head_dim=key[4], attention_bias=key[5], attn_backend=key[6])
+    with torch.device('meta'): blocks = nn.ModuleList(Block(cfg) for _ in range(2))
+    blocks.to_empty(device='cpu')
+    with torch.no_grad():
+        for p in blocks.parameters(): p.fill_(0.02)              # the values do not matter, only the shapes
+    layer = lambda rows: (_blocks_forward(cfg, blocks, rows, 2, bf16, checkpointed)
+                          - _blocks_forward(cfg, blocks, rows, 1, bf16, checkpointed))   # one more block
+    return (layer(2) - layer(1)) / 8                              # one more row of 8 tokens: weights cancel
+
+
+def activation_bytes(cfg,                    # a `ModelConfig` (its `attn_backend` as it will run)
+                     bf16: bool = True,      # under bf16 autocast (GPU) or in fp32
+                     checkpointed: bool = False,  # activation checkpointing: what a block keeps is its input
+                    ) -> float:              # bytes per token per block, measured on the CPU
+    "What one block keeps for its backward pass, per token (measured once per shape and setting)."
+    return _activation_bytes(_shape_key(cfg), bf16, checkpointed)
+
+
+@functools.lru_cache(maxsize=None)
+def logit_bytes(bf16: bool = True, chunked: bool = False) -> float:
+    "Peak bytes per logit of the LM head + cross-entropy forward and backward (measured), the head's gradient aside."
+    n, V, h = 256, 2048, 16
+    x, w = torch.randn(n, h, requires_grad=True), nn.Parameter(torch.randn(V, h) * 0.02)
+    y = torch.randint(0, V, (n,))
+    with MemoryMeter() as mm, torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
+        (chunked_cross_entropy(x, w, y, n // 4) if chunked else F.cross_entropy(F.linear(x, w).float(), y)).backward()
+    return (mm.peak - 4 * V * h * (2 if chunked else 1) - 4 * n * h) / ((n // 4 if chunked else n) * V)
+
+# %% ../nbs/01b_objectives.ipynb #c2e66c3e
+STRATEGIES = ('none', 'ddp', 'fsdp2')   # one process; DDP; FSDP2 (see `02_pretrain`)
+GIB = 2 ** 30
+
+
+def _counts(cfg) -> dict:
+    "Parameters: all, one block's, the embedding's, the output unit's (final norm + LM head)."
+    with torch.device('meta'): m = Transformer(cfg)
+    out = cfg.hidden_size + (0 if cfg.tie_word_embeddings else m.lm_head.weight.numel())
+    return dict(all=sum(p.numel() for p in m.parameters()), block=sum(p.numel() for p in m.model.layers[0].parameters()),
+                embed=m.model.embed_tokens.weight.numel(), out=out, head=cfg.vocab_size * cfg.hidden_size)
+
+
+def _state(n: dict, strategy: str, processes: int, bf16: bool, chunked: bool, grad_accum: int,
+           bucket_view: bool) -> dict:
+    "Bytes of weights, gradients and AdamW moments: `persistent`, `backward` (at the start of backward), `step`."
+    N, W, pb = n['all'], (processes if strategy == 'fsdp2' else 1), (2 if bf16 else 4)
+    head_grad = (pb if strategy == 'fsdp2' else 4) * n['head'] * (2 if chunked else 1)   # a second one per chunk
+    if strategy == 'fsdp2':
+        gathered = pb * (n['out'] + 2 * n['block'])          # the output unit, the current block and the next
+        accumulated = 4 * N if grad_accum > 1 else 0         # unsharded fp32 while accumulating
+        return dict(weights=4 * N / W, optimizer=8 * N / W, gradients=4 * N / W + accumulated, persistent=12 * N / W,
+                    step=4 * N / W, backward=gathered + head_grad + accumulated)
+    cache = 2 * (N - n['embed']) if bf16 else 0               # autocast's bf16 copies of the weights
+    buckets = 4 * N if strategy == 'ddp' else 0               # DDP's reduction buckets (the gradients themselves
+    grads_kept = 4 * N if grad_accum > 1 and not (strategy == 'ddp' and bucket_view) else 0   # with bucket_view)
+    return dict(weights=4 * N, optimizer=8 * N, gradients=4 * N + (0 if bucket_view else buckets), persistent=12 * N + buckets,
+                step=0 if (strategy == 'ddp' and bucket_view) else 4 * N, backward=cache + head_grad + grads_kept)
+
+# %% ../nbs/01b_objectives.ipynb #cf50dffe
+def memory_estimate(size,                         # a key of MODEL_SIZES or a `ModelConfig`
+                    strategy: str = 'ddp',        # one of STRATEGIES
+                    processes: int = 8,           # processes (GPUs) of the run: FSDP2 shards over them
+                    micro_batch: int = 12,        # rows per process per micro-batch
+                    seq_len: int = 1024,          # tokens per row
+                    objective: str = 'mlm',       # 'mlm' or 'clm'
+                    mask_ratio: float = 0.4,      # MLM: the share the sparse head computes
+                    sparse_head: bool = True,     # MLM: LM head at the masked positions only
+                    ce_chunk: int = 0,            # chunked cross-entropy, positions per chunk (0: at once)
+                    grad_ckpt: bool = False,      # activation checkpointing
+                    grad_accum: int = 1,          # micro-batches per optimizer step
+                    bf16: bool = True,            # bf16 autocast (GPU) or fp32
+                    attn_backend: str = 'flash',  # the attention kernel ('flash' on GPU)
+                    bucket_view: bool = False,    # DDP's gradient_as_bucket_view
+                   ) -> dict:                     # GiB per process: parts and `peak`
+    "Peak memory of one training process (see above)."
+    if strategy not in STRATEGIES: raise ConfigError(f'strategy={strategy!r}; choose one of {list(STRATEGIES)}')
+    if objective not in ('mlm', 'clm'): raise ConfigError(f"objective={objective!r}; choose 'mlm' or 'clm'")
+    cfg = model_config(size, attn_backend=attn_backend)
+    n, tokens = _counts(cfg), micro_batch * seq_len
+    s = _state(n, strategy, processes, bf16, ce_chunk > 0, grad_accum, bucket_view)
+    per_layer = activation_bytes(cfg, bf16, checkpointed=grad_ckpt)
+    kept = tokens * (cfg.num_hidden_layers * per_layer + 16 * cfg.hidden_size)   # + embeddings, final norm, head input
+    recompute = tokens * activation_bytes(cfg, bf16) if grad_ckpt else 0          # one block again in backward
+    positions = tokens * (mask_ratio if objective == 'mlm' and sparse_head else 1.0)
+    at_once = min(ce_chunk, positions) if ce_chunk else positions
+    loss = at_once * cfg.vocab_size * logit_bytes(bf16, ce_chunk > 0) + (8 * positions * cfg.hidden_size if ce_chunk else 0)
+    peak = s['persistent'] + max(s['backward'] + kept + max(loss, recompute), s['step'])
+    return dict(size=size if isinstance(size, str) else 'custom', strategy=strategy, processes=processes,
+                micro_batch=micro_batch, seq_len=seq_len, objective=objective, sparse_head=sparse_head,
+                ce_chunk=ce_chunk, grad_ckpt=grad_ckpt, grad_accum=grad_accum, bf16=bf16, parameters=n['all'],
+                weights_gib=s['weights'] / GIB, gradients_gib=s['gradients'] / GIB, optimizer_gib=s['optimizer'] / GIB, activations_gib=kept / GIB,
+                loss_gib=loss / GIB, peak_gib=peak / GIB)
+
+
+def memory_line(e: dict) -> str:
+    "One line for logs and plans: the estimate and the settings it is for."
+    opts = ', '.join(k for k, on in (('sparse head', e['sparse_head'] and e['objective'] == 'mlm'),
+                                      (f"ce_chunk {e['ce_chunk']}", e['ce_chunk']), ('checkpointing', e['grad_ckpt'])) if on)
+    return (f"estimated peak {e['peak_gib']:.1f} GiB per process ({e['size']}, {e['strategy']} over {e['processes']}, "
+            f"{e['micro_batch']} x {e['seq_len']} tokens, accumulation {e['grad_accum']}{', ' + opts if opts else ''}): "
+            f"weights {e['weights_gib']:.1f}, gradients {e['gradients_gib']:.1f}, optimizer {e['optimizer_gib']:.1f}, activations {e['activations_gib']:.1f}, "
+            f"loss {e['loss_gib']:.1f}")
+
+# %% ../nbs/01b_objectives.ipynb #02e5740a
+FIT_STEPS = (dict(), dict(ce_chunk=1024), dict(strategy='fsdp2'), dict(strategy='fsdp2', ce_chunk=1024),
+             dict(strategy='fsdp2', ce_chunk=1024, grad_ckpt=True))   # cheapest first
+
+
+def fit_settings(size,                       # a key of MODEL_SIZES or a `ModelConfig`
+                 device_gib: float = 79.1,   # the card's memory as torch reports it (an 80 GB H100: 79.1 GiB)
+                 margin: float = 0.15,       # kept free: CUDA context, allocator fragmentation, NCCL buffers
+                 **run,                      # `memory_estimate` arguments of the run (processes, micro_batch, ...)
+                ) -> dict:                   # `memory_estimate` of the settings that fit, with `changed`
+    """The cheapest settings that fit `device_gib` with `margin`: as given, then the chunked loss, FSDP2 (several
+    processes), both, and activation checkpointing last (a third more compute). What `run` sets is kept (a given
+    `ce_chunk`, `grad_ckpt=True` or FSDP2 are never undone); `changed` says what was switched on."""
+    budget, processes = device_gib * (1 - margin), run.get('processes', 8)
+    start = dict(strategy=run.get('strategy', 'ddp' if processes > 1 else 'none'), ce_chunk=run.get('ce_chunk', 0),
+                 grad_ckpt=run.get('grad_ckpt', False))
+    base = {k: v for k, v in run.items() if k not in start}
+    tried = []
+    for step in FIT_STEPS:
+        if step.get('strategy') == 'fsdp2' and processes == 1: continue   # nothing to shard over
+        settings = dict(strategy=step.get('strategy', start['strategy']), ce_chunk=start['ce_chunk'] or step.get('ce_chunk', 0),
+                        grad_ckpt=start['grad_ckpt'] or step.get('grad_ckpt', False))
+        if start['strategy'] == 'fsdp2': settings['strategy'] = 'fsdp2'
+        e = memory_estimate(size, **base, **settings)
+        if e['peak_gib'] <= budget:
+            return dict(e, budget_gib=budget, changed={k: v for k, v in settings.items() if start[k] != v})
+        tried.append(f"{settings}: {e['peak_gib']:.1f} GiB")
+    raise ConfigError(f'{size} does not fit {budget:.1f} GiB ({device_gib} GiB less {margin:.0%}) with any of: '
+                      f'{"; ".join(tried)}. Lower micro_batch, or use more processes')
