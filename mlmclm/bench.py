@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
+import itertools
 import json
 import math
 import statistics
@@ -59,6 +61,12 @@ def bench_config(size: str,                  # one of `SIZES`: 'tiny', a bench s
     return model_config(size, attn_backend=attn_backend)
 
 # %% ../nbs/06_bench.ipynb #9e4449e5
+@functools.lru_cache(maxsize=8)
+def _embedded_rows(seq_len: int, seed: int, n: int) -> tuple:
+    "The first `n` packed rows of the embedded corpus, tokenized once per process (the sides of a benchmark share them)."
+    return tuple(itertools.islice(packed_rows('embedded', load_tokenizer('embedded'), seq_len=seq_len, seed=seed), n))
+
+
 def make_batches(cfg,                    # the model config (its vocabulary bounds the token ids)
                  objective: str,         # 'clm' or 'mlm'
                  batch_size: int,        # rows per batch
@@ -71,7 +79,7 @@ def make_batches(cfg,                    # the model config (its vocabulary boun
     if objective not in ('clm', 'mlm'): raise ValueError(f"objective={objective!r}; choose 'clm' or 'mlm'")
     tok = load_tokenizer('embedded')
     rows = ({**r, 'input_ids': r['input_ids'] % cfg.vocab_size}             # token ids folded into the model's vocabulary
-            for r in packed_rows('embedded', tok, seq_len=seq_len, seed=seed))
+            for r in _embedded_rows(seq_len, seed, n * batch_size))
     phase = Phase('clm', n) if objective == 'clm' else Phase('mlm', n, mask_ratio)
     info = dict(mask_token_id=tok.mask_token_id % cfg.vocab_size, vocab_size=min(len(tok), cfg.vocab_size),
                 special_ids=sorted(set(tok.all_special_ids)))
@@ -389,7 +397,6 @@ def data_path_throughput(size: str = '610m',          # the model whose appetite
                          mask_ratio: float = 0.4, mfu: float = 0.45, gpu: str = PLANNER_GPU,   # a key of PEAK_FLOPS
                         ) -> dict:
     "Tokens/s one process's data path delivers (store rows -> masked micro-batches) against what `size` consumes on one `gpu` at `mfu`."
-    import functools
     from mlmclm.data import EMBEDDED, TokenStore, build_store
     store = TokenStore(store if store is not None else build_store(EMBEDDED))
     tok = load_tokenizer(store.folder/'tokenizer')
@@ -496,7 +503,8 @@ def fsdp2_probe(size: str = 'tiny',          # one of `SIZES`
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     dev = pick_device(device); bf16 = dev.type == 'cuda' and torch.cuda.is_bf16_supported()
-    torch._dynamo.reset()
+    if dist.is_initialized(): raise RuntimeError('fsdp2_probe makes its own one-process group; this process has one')
+    torch._dynamo.reset(); before = dynamo_counts()
     with tempfile.TemporaryDirectory() as tmp:
         dist.init_process_group('nccl' if dev.type == 'cuda' else 'gloo', store=dist.FileStore(f'{tmp}/store', 1),
                                 rank=0, world_size=1)
@@ -510,16 +518,17 @@ def fsdp2_probe(size: str = 'tiny',          # one of `SIZES`
             _shard(model, init_device_mesh(dev.type, (1,)), bf16)
             opt, calls, losses = adamw(model, 1e-4), [], []
             for b in make_batches(cfg, 'mlm', micro_batch, seq_len, n=steps):
-                before = counter.calls
+                start = counter.calls
                 with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
                     loss = lm_loss(compiled, {k: v.to(dev) if torch.is_tensor(v) else v for k, v in b.items()},
                                    ce_chunk=ce_chunk)[0]
                 loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-                calls.append(counter.calls - before); losses.append(loss.item())
+                calls.append(counter.calls - start); losses.append(loss.item())
         finally: dist.destroy_process_group()
     return dict(size=size, device=_device_name(dev), layers=cfg.num_hidden_layers, whole_model=whole_model,
                 block_graph_calls=calls, block_graphs=counter.graphs, losses=losses, attn_backend=cfg.attn_backend,
-                peak_gib=torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == 'cuda' else None, **dynamo_counts())
+                peak_gib=torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == 'cuda' else None,
+                **{k: v - before[k] for k, v in dynamo_counts().items()})
 
 # %% ../nbs/06_bench.ipynb #8726d15d
 def results_table(result: dict):
@@ -833,12 +842,9 @@ def _smoke_agreement(dev, size: str) -> dict:
 
 
 def _smoke_fsdp(dev, size: str, batch: int, seq_len: int) -> dict:
-    "`fsdp2_probe` in a fresh process (its process group stays out of this one)."
-    code = (f'import json; from mlmclm.bench import fsdp2_probe; '
-            f'print(json.dumps(fsdp2_probe({size!r}, {str(dev)!r}, 2, {batch}, {seq_len})))')
-    run = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=600, cwd=project_root())
-    if run.returncode: raise RuntimeError(f'fsdp2_probe failed: {run.stderr[-3000:]}')
-    p = json.loads(run.stdout.strip().splitlines()[-1])
+    "`fsdp2_probe`: two steps under FSDP2 on one device, every block compiled."
+    if dev.type == 'cuda': torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats(dev)
+    p = fsdp2_probe(size, str(dev), 2, batch, seq_len)
     return dict(p, ok=p['block_graph_calls'] == [2 * p['layers']] * 2 and all(map(math.isfinite, p['losses'])))
 
 # %% ../nbs/06_bench.ipynb #38daadf4
@@ -850,6 +856,8 @@ def smoke(device: str | None = None,          # None: CUDA when present
     s = SMOKE['cuda' if dev.type == 'cuda' else 'cpu']
     report = dict(device=_device_name(dev), torch=torch.__version__, attention=attention_kernel(default_backend(dev), dev),
                   peak_flops=device_peak_flops(dev), parts={})
+    threads = torch.get_num_threads()
+    if dev.type == 'cpu': torch.set_num_threads(1)   # tiny models: one thread is faster, and steadier on a busy host
     with tempfile.TemporaryDirectory() as tmp:
         parts = dict(benchmark=lambda: _smoke_bench(dev, *s['bench']),
                      pretrain=lambda: _smoke_pretrain(dev, *s['pretrain'], Path(tmp)),
@@ -863,6 +871,7 @@ def smoke(device: str | None = None,          # None: CUDA when present
             report['parts'][name] = dict(result, seconds=round(time.perf_counter() - t0, 1))
             print(f"{name:<16} {'ok' if result['ok'] else 'FAILED'} ({report['parts'][name]['seconds']} s)"
                   + (f": {result['error']}" if 'error' in result else ''), flush=True)
+    torch.set_num_threads(threads)
     report['ok'] = all(p['ok'] for p in report['parts'].values())
     path = Path(out or project_root()/'runs'/'bench'/f'smoke-{dev.type}.json')
     atomic_write_json(path, report)

@@ -468,15 +468,15 @@ def top_k_cosine(q: torch.Tensor,   # (n_queries, dim) unit vectors
                  chunk: int = 4096, # queries and documents per block of scores: (chunk, chunk) alive at a time
                 ) -> tuple[torch.Tensor, torch.Tensor]:   # scores, document indices: (n_queries, k) each, on the CPU
     "The `k` most similar documents of every query, scored block by block on `device`, each block's top k merged."
-    k = min(k, len(d))
     values, indices = [], []
     for qs in q.split(chunk):
         qs, best_v, best_i = qs.to(device), None, None
         for start in range(0, len(d), chunk):
-            v, i = (qs @ d[start:start + chunk].to(device).T).topk(min(k, len(d) - start), dim=-1)   # (chunk, <=k)
+            scores = qs @ d[start:start + chunk].to(device).T                                  # (queries, block)
+            v, i = scores.topk(min(k, scores.shape[1]), dim=-1)
             if best_v is not None: v, i = torch.cat([best_v, v], 1), torch.cat([best_i, i + start], 1)
             else: i = i + start
-            best_v, pick = v.topk(k, dim=-1)
+            best_v, pick = v.topk(min(k, v.shape[1]), dim=-1)                                   # merged: the best k so far
             best_i = i.gather(1, pick)
         values.append(best_v.cpu()); indices.append(best_i.cpu())
     return torch.cat(values), torch.cat(indices)

@@ -168,3 +168,20 @@ def test_fit_settings_picks_what_fits_an_80gb_card():
     assert fit_settings('1b', objective='clm', ce_chunk=512, grad_accum=24)['ce_chunk'] == 512   # what is given stays
     with pytest.raises(ConfigError, match='does not fit'):
         fit_settings('1b', micro_batch=256)
+
+
+def test_pretraining_batches_carry_their_layout():
+    "`make_batch` ships the documents' offsets and longest length: the flash path needs no sync to find them."
+    from mlmclm.objectives import make_batch
+    from mlmclm.vocab import Phase
+    docs = torch.tensor([[0] * 40 + [1] * 24, [2] * 10 + [3] * 54])
+    rows = dict(input_ids=torch.randint(3, 97, (2, 64)), document_ids=docs)
+    ids = dict(mask_token_id=2, vocab_size=97, special_ids=[0, 1, 2])
+    batch = make_batch(rows, Phase('clm', 1), ids, (1.0, 0.0, 0.0), seed=0, first_row=0)
+    assert batch['cu_seqlens'].tolist() == [0, 40, 64, 74, 128] and batch['max_seqlen'] == 54
+    model = build_model('tiny', vocab_size=97, attn_backend='flash', num_hidden_layers=2)
+    seen = []
+    def kernel(q, k, v, cu, max_len, causal): seen.append((cu.tolist(), max_len)); return q
+    for block in model.model.layers: block.self_attn.varlen_impl = kernel
+    with HostSyncs() as s: lm_loss(model.to(torch.bfloat16), batch)
+    assert seen == [([0, 40, 64, 74, 128], 54)] * 2 and s.count == 0, dict(s.ops)
