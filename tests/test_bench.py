@@ -1,8 +1,10 @@
-"""The benchmark's command line end to end: ours vs Hugging Face in one run, last line `ratio=...`, results on disk."""
+"""The benchmark's command line end to end: ours vs Hugging Face in one run, last line `ratio=...`, results on disk;
+what dynamo did per side; the smoke command of the first GPU run, at tiny sizes on a CPU."""
 import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from mlmclm.core import project_root
@@ -90,6 +92,7 @@ def test_cli_finetune_refuses_bad_combinations(tmp_path):
     assert run.returncode != 0 and "the Trainer baseline runs sequence classification tasks" in run.stderr
 
 
+@pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
 def test_sides_report_what_dynamo_did_and_an_eager_fallback():
     "Past dynamo's recompile limit blocks run eager without an error: a side counts the hits, and they are reported."
     import torch._dynamo

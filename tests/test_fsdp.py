@@ -1,8 +1,10 @@
-"""FSDP2 over two gloo processes: trains, saves sharded state, resumes in new processes, and matches one process."""
+"""FSDP2 over two gloo processes: trains, saves sharded state, resumes in new processes, and matches one process; and,
+in one process, every block compiled under FSDP2 with activation checkpointing."""
 import math
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from mlmclm.core import build_config, project_root, read_json, read_jsonl
@@ -40,6 +42,7 @@ def test_two_gloo_processes_under_fsdp_save_resume_and_match_one_process(tmp_pat
     assert all(switch[k].shape == a[k].shape for k in a)
 
 
+@pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
 def test_every_block_runs_compiled_under_fsdp2_with_checkpointing():
     "`compile_blocks` before sharding: each block's compiled graph runs in the forward pass and in the recomputation;"
     "compiling the whole model first (as `prepare(torch.compile(model))` did) leaves every block eager."
