@@ -6,11 +6,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import functools
+import itertools
+import json
 import math
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,25 +24,28 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .core import (ConfigError, atomic_path, atomic_write_json, atomic_write_text, pick_device, project_root,
-                         read_json, seed_everything)
-from .model import (MODEL_SIZES, TaskModel, Transformer, build_model, config_from_hf, default_backend, load,
-                          model_config, save, to_llama_config_dict)
+from .core import (ConfigError, atomic_path, atomic_write_json, atomic_write_text, build_config, pick_device,
+                         project_root, read_json, read_jsonl, seed_everything)
+from .model import (MODEL_SIZES, HostSyncs, TaskModel, Transformer, attention_kernel, build_model,
+                          compile_blocks, config_from_hf, default_backend, load, model_config, save, to_llama_config_dict)
 from .data import embedded_documents, load_tokenizer, packed_rows, pipeline_throughput, tokenize
 from .vocab import ADAMW, Phase
-from .objectives import IGNORE, adamw, chunked_cross_entropy, device_peak_flops, flops_per_token, lm_loss
-from .packing import batch_backward, micro_batches, pack_rows
-from .pretrain import step_batches
+from .objectives import (IGNORE, PEAK_FLOPS, PLANNER_GPU, MemoryMeter, adamw, attention_span,
+                               chunked_cross_entropy, device_peak_flops, fit_settings, flops_per_token, lm_loss)
+from .packing import (batch_backward, collate_packed, collate_padded, head_loss, micro_batches, pack_rows,
+                            to_device)
+from .pretrain import pretrain, step_batches
+from .runs import pretrain_config
 from .tasks import TASKS
 from .finetune import packed_layout, token_budget
 
 # %% auto #0
-__all__ = ['BENCH_SHAPES', 'SIZES', 'FLOP_CONVENTION', 'FT_BATCH', 'TRAINER_MICRO', 'bench_config', 'make_batches', 'hf_model',
-           'hf_loss', 'bench_loss', 'ce_peak_memory', 'Side', 'time_sides', 'fast_defaults', 'benchmark',
-           'pipeline_headroom', 'finetune_throughput', 'embedding_throughput', 'data_path_throughput',
-           'builder_throughput', 'ablation_variants', 'ablation', 'results_table', 'write_results',
-           'smollm2_llama_folder', 'finetune_examples', 'FinetuneSide', 'finetune_sides', 'computed_tokens',
-           'finetune_benchmark', 'main']
+__all__ = ['BENCH_SHAPES', 'SIZES', 'FLOP_CONVENTION', 'FT_BATCH', 'TRAINER_MICRO', 'SMOKE', 'bench_config', 'make_batches',
+           'hf_model', 'hf_loss', 'bench_loss', 'ce_peak_memory', 'dynamo_counts', 'Side', 'time_sides',
+           'fast_defaults', 'benchmark', 'pipeline_headroom', 'finetune_throughput', 'embedding_throughput',
+           'data_path_throughput', 'builder_throughput', 'ablation_variants', 'ablation', 'BlockGraphs', 'fsdp2_probe',
+           'results_table', 'write_results', 'smollm2_llama_folder', 'finetune_examples', 'FinetuneSide',
+           'finetune_sides', 'computed_tokens', 'finetune_benchmark', 'smoke', 'main']
 
 # %% ../nbs/06_bench.ipynb #87d45145
 BENCH_SHAPES = {'30m': dict(MODEL_SIZES['tiny'], hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
@@ -54,6 +62,12 @@ def bench_config(size: str,                  # one of `SIZES`: 'tiny', a bench s
     return model_config(size, attn_backend=attn_backend)
 
 # %% ../nbs/06_bench.ipynb #9e4449e5
+@functools.lru_cache(maxsize=8)
+def _embedded_rows(seq_len: int, seed: int, n: int) -> tuple:
+    "The first `n` packed rows of the embedded corpus, tokenized once per process (the sides of a benchmark share them)."
+    return tuple(itertools.islice(packed_rows('embedded', load_tokenizer('embedded'), seq_len=seq_len, seed=seed), n))
+
+
 def make_batches(cfg,                    # the model config (its vocabulary bounds the token ids)
                  objective: str,         # 'clm' or 'mlm'
                  batch_size: int,        # rows per batch
@@ -66,7 +80,7 @@ def make_batches(cfg,                    # the model config (its vocabulary boun
     if objective not in ('clm', 'mlm'): raise ValueError(f"objective={objective!r}; choose 'clm' or 'mlm'")
     tok = load_tokenizer('embedded')
     rows = ({**r, 'input_ids': r['input_ids'] % cfg.vocab_size}             # token ids folded into the model's vocabulary
-            for r in packed_rows('embedded', tok, seq_len=seq_len, seed=seed))
+            for r in _embedded_rows(seq_len, seed, n * batch_size))
     phase = Phase('clm', n) if objective == 'clm' else Phase('mlm', n, mask_ratio)
     info = dict(mask_token_id=tok.mask_token_id % cfg.vocab_size, vocab_size=min(len(tok), cfg.vocab_size),
                 special_ids=sorted(set(tok.all_special_ids)))
@@ -138,31 +152,41 @@ def _sync(device):
     if device.type == 'cuda': torch.cuda.synchronize()
 
 
+def dynamo_counts() -> dict:
+    "Dynamo's running totals: frames compiled, recompile-limit hits (blocks left eager), graph breaks."
+    from torch._dynamo.utils import counters
+    limit = sum(n for k, n in counters['unimplemented'].items() if 'recompile limit' in k.lower())
+    return dict(compiled_frames=counters['frames']['ok'], recompile_limit_hits=limit,
+                graph_breaks=sum(counters['graph_break'].values()))
+
+
 class Side:
     "One contestant of a benchmark: a model, its loss, AdamW, and the batches it trains on."
     def __init__(self, name: str, model, loss_fn, batches: list[dict], device,
                  bf16: bool = False,            # bf16 autocast (GPU)
                  fused: bool | None = None,     # fused AdamW; None: on CUDA
-                 compile: bool = False,         # torch.compile each transformer block
+                 compile: bool | str = False,   # torch.compile each transformer block (`compile_blocks`); a str: the backend
                  grad_ckpt: bool = False,       # activation checkpointing (ours only)
                 ):
         device = torch.device(device)
         self.name, self.loss_fn, self.device, self.bf16 = name, loss_fn, device, bf16
         self.model = model.to(device).train()
         if grad_ckpt: self.model.set_gradient_checkpointing(True)
-        if compile:
-            for block in self.model.model.layers: block.compile()
+        if compile: compile_blocks(self.model, **({} if compile is True else dict(backend=compile)))
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-5,
                                      fused=(device.type == 'cuda') if fused is None else fused)
         self.batches = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in b.items()} for b in batches]
         self.i, self.peak_gib, self.loss = 0, None, None
+        self.dynamo = dict.fromkeys(dynamo_counts(), 0)   # what dynamo did during this side's steps
 
     def step(self):
         b = self.batches[self.i % len(self.batches)]; self.i += 1
+        before = dynamo_counts()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             loss = self.loss_fn(self.model, b)
         loss.backward(); self.opt.step(); self.opt.zero_grad(set_to_none=True)
         self.loss = loss.detach()
+        for k, v in dynamo_counts().items(): self.dynamo[k] += v - before[k]
 
     def warmup(self, n: int):
         cuda = self.device.type == 'cuda'
@@ -186,7 +210,7 @@ def time_sides(sides: list[Side],   # the contestants; the last is the baseline 
                steps: int = 3,      # optimizer steps per timed repetition
                reps: int = 3,       # repetitions (median and spread)
                warmup: int = 2,     # untimed steps per side first
-              ) -> dict[str, dict]: # name -> step_s (median), step_s_min, step_s_max, ratio (baseline / side), peak_gib
+              ) -> dict[str, dict]: # name -> step_s (median), step_s_min, step_s_max, ratio (baseline / side), peak_gib, dynamo
     "Seconds per step of every side, the sides taking turns in rotating order."
     if len({s.name for s in sides}) != len(sides): raise ValueError(f'side names must differ: {[s.name for s in sides]}')
     for s in sides: s.warmup(warmup)
@@ -198,7 +222,7 @@ def time_sides(sides: list[Side],   # the contestants; the last is the baseline 
     out = {}
     for s in sides:
         t = times[s.name]; paired = [b / x for b, x in zip(base, t)]
-        out[s.name] = dict(step_s=statistics.median(t), step_s_min=min(t), step_s_max=max(t), peak_gib=s.peak_gib,
+        out[s.name] = dict(step_s=statistics.median(t), step_s_min=min(t), step_s_max=max(t), peak_gib=s.peak_gib, dynamo=dict(s.dynamo),
                            ratio=statistics.median(base) / statistics.median(t), ratio_paired_median=statistics.median(paired),
                            ratio_min=min(paired), ratio_max=max(paired))
     return out
@@ -207,18 +231,27 @@ def time_sides(sides: list[Side],   # the contestants; the last is the baseline 
 def fast_defaults(device) -> dict:
     "The fast path's options on `device`: everything on a CUDA GPU, nothing but the sparse head on CPU."
     cuda = torch.device(device).type == 'cuda'
-    return dict(bf16=cuda and torch.cuda.is_bf16_supported(), fused=cuda, compile=cuda,
-                attn_backend=default_backend(device), sparse_head=True, ce_chunk=0, grad_ckpt=False)
+    bf16 = cuda and torch.cuda.is_bf16_supported()
+    return dict(bf16=bf16, fused=cuda, compile=cuda, attn_backend=default_backend(device, _dtype(bf16)),
+                sparse_head=True, ce_chunk=0, grad_ckpt=False)
+
+
+def _dtype(bf16: bool) -> torch.dtype: return torch.bfloat16 if bf16 else torch.float32
 
 
 def _device_name(dev): return torch.cuda.get_device_name(dev) if dev.type == 'cuda' else f'cpu ({torch.get_num_threads()} threads)'
 
 
 def _resolve_options(dev, options: dict) -> dict:
+    "The device's fast path with `options` applied; the attention backend follows the compute dtype (fp32: SDPA)."
     opts = fast_defaults(dev)
     unknown = sorted(set(options) - set(opts))
     if unknown: raise TypeError(f'unknown options {unknown}; allowed: {sorted(opts)}')
-    return {**opts, **options}
+    opts = {**opts, **options}
+    if 'attn_backend' not in options: opts['attn_backend'] = default_backend(dev, _dtype(opts['bf16']))
+    if opts['attn_backend'] == 'flash' and dev.type == 'cuda' and not opts['bf16']:
+        raise ConfigError("attn_backend='flash' needs bf16 (the GPU kernels take fp16/bf16 only); with bf16=False use 'sdpa'")
+    return opts
 
 
 def _our_side(name: str, cfg, opts: dict, batches, dev, documents: bool = False, sparse_head: bool | None = None) -> Side:
@@ -238,13 +271,16 @@ def _hf_side(cfg, objective, opts, batches, dev) -> Side:
 
 
 def _side_row(name: str, t: dict, cfg, objective: str, tokens: int, seq_len: int, mask_ratio: float,
-              sparse: bool, peak: float | None) -> dict:
+              sparse: bool, peak: float | None, attn_len: float | None = None) -> dict:
+    "One side's row; `mfu_doc_lengths`: MFU with the attention term from the real document lengths (`attn_len`)."
     fpt = flops_per_token(cfg, seq_len, objective, mask_ratio, sparse_head=sparse)
+    fpt_docs = flops_per_token(cfg, seq_len, objective, mask_ratio, sparse_head=sparse, attn_len=attn_len or seq_len)
     tps = tokens / t['step_s']
     return dict(side=name, tokens_per_s=tps, tokens_per_s_min=tokens / t['step_s_max'],
                 tokens_per_s_max=tokens / t['step_s_min'], step_s=t['step_s'], step_s_min=t['step_s_min'],
                 step_s_max=t['step_s_max'], ratio=t['ratio'], ratio_min=t['ratio_min'], ratio_max=t['ratio_max'],
-                peak_gib=t['peak_gib'], mfu=tps * fpt / peak if peak else None)
+                peak_gib=t['peak_gib'], mfu=tps * fpt / peak if peak else None,
+                mfu_doc_lengths=tps * fpt_docs / peak if peak else None, **t.get('dynamo', {}))
 
 
 FLOP_CONVENTION = ('6N per token (blocks + LM head; embeddings excluded; sparse MLM head at the masked share) '
@@ -273,19 +309,23 @@ def benchmark(size: str = 'tiny',          # one of `SIZES`
     opts = _resolve_options(dev, options)
     cfg = bench_config(size, opts['attn_backend'])
     batches = make_batches(cfg, objective, batch_size, seq_len, n=4, mask_ratio=mask_ratio)
+    torch._dynamo.reset()   # a fresh compile cache: what earlier benchmarks compiled counts against no limit here
     sides = [_our_side('ours', cfg, opts, batches, dev)]
     if documents: sides.append(_our_side('ours+docs', cfg, opts, batches, dev, documents=True))
     if baseline == 'hf': sides.append(_hf_side(cfg, objective, opts, batches, dev))
     else: sides.append(_our_side('dense-head', cfg, opts, batches, dev, sparse_head=False))
     timed = time_sides(sides, steps, reps, warmup)
     peak = device_peak_flops(dev)
+    span = statistics.mean(attention_span(b['document_ids']) for b in batches)      # Σ len² / Σ len of the batches
     rows = [_side_row(s.name, timed[s.name], cfg, objective, batch_size * seq_len, seq_len, mask_ratio,
-                      opts['sparse_head'] and s.name in ('ours', 'ours+docs'), peak) for s in sides]
+                      opts['sparse_head'] and s.name in ('ours', 'ours+docs'), peak,
+                      span if s.name == 'ours+docs' else None) for s in sides]
     del sides
     return dict(size=size, objective=objective, baseline=baseline, batch_size=batch_size, seq_len=seq_len,
                 mask_ratio=mask_ratio if objective == 'mlm' else None, steps=steps, reps=reps, warmup=warmup,
                 device=_device_name(dev), options=opts, ratio=rows[0]['ratio'], sides=rows,
-                flop_convention=FLOP_CONVENTION)
+                flop_convention=FLOP_CONVENTION, attention=attention_kernel(opts['attn_backend'], dev),
+                eager_fallback=any(r['recompile_limit_hits'] for r in rows))
 
 # %% ../nbs/06_bench.ipynb #1fb35661
 def pipeline_headroom(trainer_tokens_per_s: float,  # what the trainer consumes
@@ -355,12 +395,10 @@ def data_path_throughput(size: str = '610m',          # the model whose appetite
                          store: str | Path | None = None,  # a token store folder; the embedded corpus's when None
                          seq_len: int = 1024, batch_size: int = 12, world: int = 8,   # rows per micro-batch, processes
                          steps: int = 40, start_step: int = 32_000,   # steps timed, from this one on
-                         mask_ratio: float = 0.4, mfu: float = 0.45, gpu: str = 'H100',
+                         mask_ratio: float = 0.4, mfu: float = 0.45, gpu: str = PLANNER_GPU,   # a key of PEAK_FLOPS
                         ) -> dict:
     "Tokens/s one process's data path delivers (store rows -> masked micro-batches) against what `size` consumes on one `gpu` at `mfu`."
-    import functools
     from mlmclm.data import EMBEDDED, TokenStore, build_store
-    from mlmclm.objectives import PEAK_BF16_FLOPS
     store = TokenStore(store if store is not None else build_store(EMBEDDED))
     tok = load_tokenizer(store.folder/'tokenizer')
     ids = dict(mask_token_id=tok.mask_token_id, vocab_size=len(tok), special_ids=sorted(set(tok.all_special_ids)))
@@ -370,7 +408,7 @@ def data_path_throughput(size: str = '610m',          # the model whose appetite
     t0 = time.perf_counter(); next(batches); t1 = time.perf_counter()
     for _ in batches: pass
     delivered = (steps - 1) * batch_size * seq_len / (time.perf_counter() - t1)
-    consumed = PEAK_BF16_FLOPS[gpu] * mfu / flops_per_token(model_config(size), seq_len, 'mlm', mask_ratio)
+    consumed = PEAK_FLOPS[gpu].flops * mfu / flops_per_token(model_config(size), seq_len, 'mlm', mask_ratio)
     return dict(size=size, gpu=gpu, mfu=mfu, delivered_tokens_per_s=delivered, consumed_tokens_per_s=consumed,
                 ratio=delivered / consumed, first_batch_s=t1 - t0, threads=torch.get_num_threads())
 
@@ -379,7 +417,6 @@ def builder_throughput(workers: int = 1,        # tokenizing processes
                        copies: int = 4,         # the embedded train split repeated, so that start-up is amortised
                        folder: str | Path | None = None) -> dict:
     "Tokens/s of `build-store` on the embedded texts (the embedded tokenizer), process start-up included."
-    import json, tempfile
     from mlmclm.data import build_store
     from mlmclm.core import read_json
     with tempfile.TemporaryDirectory() as tmp:
@@ -396,7 +433,8 @@ def builder_throughput(workers: int = 1,        # tokenizing processes
 _OFF = dict(bf16=False, fused=False, compile=False, attn_backend='sdpa', sparse_head=False)
 
 def ablation_variants(device, objective: str) -> dict[str, dict]:
-    "Variant name -> option overrides: the full fast path, and each of its optimisations switched off alone."
+    """Variant name -> option overrides: the full fast path, and each of its optimisations switched off alone
+    ('no bf16' also runs SDPA: the flash kernels take bf16 only)."""
     fast = fast_defaults(device)
     out = {'all': {}}
     for k, off in _OFF.items():
@@ -417,6 +455,7 @@ def ablation(size: str = 'tiny', objective: str = 'mlm', batch_size: int = 8, se
         opts = _resolve_options(dev, over or {})
         cfg = bench_config(size, opts['attn_backend'])
         batches = make_batches(cfg, objective, batch_size, seq_len, n=4, mask_ratio=mask_ratio)
+        torch._dynamo.reset()   # each variant compiles afresh: earlier variants' graphs count against no recompile limit
         side = _hf_side(cfg, objective, opts, batches, dev) if over is None else _our_side(name, cfg, opts, batches, dev)
         t = time_sides([side], steps, reps, warmup)[side.name]
         del side
@@ -427,6 +466,70 @@ def ablation(size: str = 'tiny', objective: str = 'mlm', batch_size: int = 8, se
     # the ratio is to the full fast path; single sides have no paired spread
     return [{**{k: v for k, v in r.items() if k not in ('ratio_min', 'ratio_max')},
              'ratio': r['tokens_per_s'] / rows[0]['tokens_per_s']} for r in rows]
+
+# %% ../nbs/06_bench.ipynb #1029b865
+class BlockGraphs:
+    "A dynamo backend: compiles with `inner` and counts the graphs that hold a transformer block, and their calls."
+    def __init__(self, inner: str = 'inductor'):   # 'inductor' (GPU) or 'eager' (dynamo only: fast, on a CPU)
+        self.inner, self.graphs, self.calls = inner, 0, 0
+
+    def __call__(self, gm, example_inputs):
+        compiled = torch._dynamo.lookup_backend(self.inner)(gm, example_inputs)
+        if not any(getattr(n.target, '__name__', '') == 'silu' for n in gm.graph.nodes): return compiled
+        self.graphs += 1
+        def run(*args):
+            self.calls += 1
+            return compiled(*args)
+        return run
+
+
+def _shard(model, mesh, bf16: bool) -> None:
+    "FSDP2 units as accelerate makes them: blocks, the embedding, [final norm, LM head] (kept gathered), the root."
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    kw = dict(mesh=mesh, mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+              if bf16 else MixedPrecisionPolicy())
+    for block in model.model.layers: fully_shard(block, **kw)
+    fully_shard(model.get_input_embeddings(), **kw)
+    fully_shard([model.model.norm, model.get_output_embeddings()], **kw, reshard_after_forward=False)
+    fully_shard(model, **kw)
+
+# %% ../nbs/06_bench.ipynb #af99f808
+def fsdp2_probe(size: str = 'tiny',          # one of `SIZES`
+                device: str | None = None,   # None: CUDA when present
+                steps: int = 2, micro_batch: int = 2, seq_len: int = 64,
+                whole_model: bool = False,   # compile the whole model instead of each block (what not to do)
+                ce_chunk: int = 16,          # the chunked loss, through the separately sharded LM head
+               ) -> dict:                    # layers, block_graph_calls per step, losses, peak_gib (GPU)
+    "Train `steps` MLM steps under FSDP2 (one process) with activation checkpointing; count compiled block calls."
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    dev = pick_device(device); bf16 = dev.type == 'cuda' and torch.cuda.is_bf16_supported()
+    if dist.is_initialized(): raise RuntimeError('fsdp2_probe makes its own one-process group; this process has one')
+    torch._dynamo.reset(); before = dynamo_counts()
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group('nccl' if dev.type == 'cuda' else 'gloo', store=dist.FileStore(f'{tmp}/store', 1),
+                                rank=0, world_size=1)
+        try:
+            seed_everything(0)
+            cfg = bench_config(size, default_backend(dev, _dtype(bf16)))
+            model, counter = build_model(cfg).to(dev), BlockGraphs('inductor' if dev.type == 'cuda' else 'eager')
+            model.set_gradient_checkpointing(True)
+            if whole_model: compiled = torch.compile(model, backend=counter)
+            else: compiled = compile_blocks(model, backend=counter)
+            _shard(model, init_device_mesh(dev.type, (1,)), bf16)
+            opt, calls, losses = adamw(model, 1e-4), [], []
+            for b in make_batches(cfg, 'mlm', micro_batch, seq_len, n=steps):
+                start = counter.calls
+                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+                    loss = lm_loss(compiled, {k: v.to(dev) if torch.is_tensor(v) else v for k, v in b.items()},
+                                   ce_chunk=ce_chunk)[0]
+                loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+                calls.append(counter.calls - start); losses.append(loss.item())
+        finally: dist.destroy_process_group()
+    return dict(size=size, device=_device_name(dev), layers=cfg.num_hidden_layers, whole_model=whole_model,
+                block_graph_calls=calls, block_graphs=counter.graphs, losses=losses, attn_backend=cfg.attn_backend,
+                peak_gib=torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == 'cuda' else None,
+                **{k: v - before[k] for k, v in dynamo_counts().items()})
 
 # %% ../nbs/06_bench.ipynb #8726d15d
 def results_table(result: dict):
@@ -614,12 +717,12 @@ def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classificati
                        progress: bool = False,         # print each run's seconds per step to stderr as it ends
                       ) -> dict:
     "Seconds per fine-tuning step of the authors' Trainer and of ours, on the same examples; `ratio` = theirs / ours packed."
-    import gc, tempfile
+    import gc
     if steps <= warmup: raise ConfigError(f'steps={steps} must exceed warmup={warmup}: nothing would be timed')
     dev = pick_device(device); bf16 = dev.type == 'cuda' and torch.cuda.is_bf16_supported()
     backend, max_length = attn_backend or default_backend(dev), TASKS[task].max_length
     # the packed side as `finetune_run` packs: `token_budget` tokens per pass, attention as `packed_layout` says
-    packed_backend, rows = packed_layout(dev, max_length)
+    packed_backend, rows = packed_layout(dev, max_length, 'pure_bf16' if bf16 else 'fp32')
     sides = sides or finetune_sides(max_tokens or token_budget(dev, max_length), rows, packed_backend)
     times, cpu = {s.name: [] for s in sides}, {s.name: [] for s in sides}
     with tempfile.TemporaryDirectory() as scratch:
@@ -656,6 +759,125 @@ def _finetune_result(task, model, sides, times, cpu, examples, steps, reps, sett
     paired = [b / o for b, o in zip(times[sides[0].name], times[sides[-1].name])]   # run r of each, close in time
     return dict(task=task, model=model, steps=steps, reps=reps, batch_size=FT_BATCH, sides=rows, **settings,
                 ratio=rows[-1]['ratio'], ratio_min=min(paired), ratio_max=max(paired), cpu_ratio=rows[-1]['cpu_ratio'])
+
+# %% ../nbs/06_bench.ipynb #0e58a574
+SMOKE = {   # device type -> sizes and shapes of each part
+    'cuda': dict(bench=('610m', 8, 1024, 2), pretrain=('1b', 12, 1024), finetune='210m', agree='210m', fsdp=('210m', 4, 1024)),
+    'cpu': dict(bench=('tiny', 2, 32, 1), pretrain=('tiny', 2, 32), finetune='tiny', agree='tiny', fsdp=('tiny', 2, 32))}
+
+
+def _smoke_bench(dev, size: str, batch: int, seq_len: int, steps: int) -> dict:
+    "The CLM and MLM benchmark against Hugging Face: tokens/s, MFU (both conventions), peak memory, dynamo's work."
+    out = {}
+    for objective in ('clm', 'mlm'):
+        r = benchmark(size, objective, 'hf', batch, seq_len, steps=steps, reps=1, warmup=steps, device=str(dev))
+        keep = ('side', 'tokens_per_s', 'ratio', 'mfu', 'mfu_doc_lengths', 'peak_gib', 'compiled_frames',
+                'recompile_limit_hits', 'graph_breaks')
+        out[objective] = dict(sides=[{k: s[k] for k in keep} for s in r['sides']], options=r['options'],
+                              eager_fallback=r['eager_fallback'], attention=r['attention'])
+    out['ok'] = not any(out[o]['eager_fallback'] for o in ('clm', 'mlm'))
+    return out
+
+
+def _smoke_pretrain(dev, size: str, batch: int, seq_len: int, folder: Path) -> dict:
+    "Three trainer steps (`mlmclm.pretrain`) with the settings `fit_settings` picks; measured peak against the estimate."
+    cuda = dev.type == 'cuda'
+    backend, vocab = default_backend(dev), len(load_tokenizer('embedded'))
+    fit = fit_settings(model_config(size, vocab_size=vocab), processes=1, micro_batch=batch, seq_len=seq_len,
+                       bf16=cuda, attn_backend=backend)
+    cfg = pretrain_config(**dict(size=size, schedule='mlm', total_steps=3, seq_len=seq_len, batch_size=batch,
+                                            warmup_steps=1, decay_steps=1, checkpoint_steps='', save_every=3, log_every=1,
+                                            progress=False, prefetch=0, out_dir=str(folder), device=str(dev),
+                                            ce_chunk=fit['ce_chunk'], gradient_checkpointing=fit['grad_ckpt']))
+    if cuda: torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats(dev)
+    with (contextlib.nullcontext() if cuda else MemoryMeter()) as meter:
+        run = pretrain(cfg)
+    measured = (torch.cuda.max_memory_allocated(dev) if cuda else meter.peak) / 2**30
+    rows = read_jsonl(run/'metrics.jsonl')
+    return dict(size=size, vocab_size=vocab, micro_batch=batch, seq_len=seq_len, settings_changed=fit['changed'],
+                estimate_gib=fit['peak_gib'], measured_peak_gib=measured, measured_over_estimate=measured / fit['peak_gib'],
+                losses=[r['loss'] for r in rows], mfu=[r.get('mfu') for r in rows], attn_backend=backend,
+                ok=len(rows) == 3 and all(math.isfinite(r['loss']) for r in rows) and measured <= (1.15 if cuda else 1.3) * fit['peak_gib'])
+
+# %% ../nbs/06_bench.ipynb #85e97951
+def _smoke_finetune(dev, size: str) -> dict:
+    "Packed fine-tuning (pure bf16 on a GPU) against the padded batch of the same examples; host syncs of the pass."
+    bf16 = dev.type == 'cuda' and torch.cuda.is_bf16_supported()
+    backend, rows = packed_layout(dev, 128, 'pure_bf16' if bf16 else 'fp32')
+    g = torch.Generator().manual_seed(0)
+    feats = [dict(input_ids=torch.randint(3, 1000, (int(n),), generator=g).tolist(), label=int(n) % 2)
+             for n in torch.randint(8, 128, (32,), generator=g)]
+    losses, syncs = {}, None
+    for packed in (True, False):
+        seed_everything(0)
+        model = TaskModel(build_model(bench_config(size, backend if packed else 'sdpa')), 'sequence', 2).to(dev)
+        if bf16: model.to(torch.bfloat16)
+        b = to_device(collate_packed(feats, 0, rows) if packed else collate_padded(feats, 0), dev)
+        with HostSyncs() as s:
+            loss = head_loss('sequence', model, b); loss.backward()
+        losses['packed' if packed else 'padded'] = loss.item()
+        if packed: syncs = dict(s.ops)
+    diff = abs(losses['packed'] - losses['padded'])
+    return dict(size=size, backend=backend, row_tokens=rows, bf16=bf16, **losses, difference=diff,
+                host_syncs=syncs, ok=diff <= (5e-2 if bf16 else 1e-4) and not syncs)
+
+
+def _smoke_agreement(dev, size: str) -> dict:
+    "The flash path against SDPA on packed, padded rows (bf16 on a GPU): the largest logit difference."
+    bf16 = dev.type == 'cuda' and torch.cuda.is_bf16_supported()
+    seed_everything(0)
+    sdpa = build_model(bench_config(size, 'sdpa')).to(dev).eval()
+    flash = build_model(bench_config(size, 'flash')).to(dev).eval(); flash.load_state_dict(sdpa.state_dict())
+    if bf16: sdpa.to(torch.bfloat16); flash.to(torch.bfloat16)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 1000, (2, 64), generator=g).to(dev)
+    docs = torch.tensor([[0] * 20 + [1] * 44, [2] * 50 + [-1] * 14]).to(dev)
+    mask = (docs >= 0).long()
+    out = {}
+    with torch.no_grad():
+        for causal in (True, False):
+            a, b = (m(ids, mask, causal, docs).logits.float()[mask.bool()] for m in (flash, sdpa))
+            out['causal' if causal else 'bidirectional'] = (a - b).abs().max().item() / b.abs().max().item()
+    return dict(size=size, bf16=bf16, kernel=attention_kernel('flash', dev)['kernel'], relative_difference=out,
+                ok=max(out.values()) <= (3e-2 if bf16 else 1e-5))
+
+
+def _smoke_fsdp(dev, size: str, batch: int, seq_len: int) -> dict:
+    "`fsdp2_probe`: two steps under FSDP2 on one device, every block compiled."
+    if dev.type == 'cuda': torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats(dev)
+    p = fsdp2_probe(size, str(dev), 2, batch, seq_len)
+    return dict(p, ok=p['block_graph_calls'] == [2 * p['layers']] * 2 and all(map(math.isfinite, p['losses'])))
+
+# %% ../nbs/06_bench.ipynb #38daadf4
+def smoke(device: str | None = None,          # None: CUDA when present
+          out: str | Path | None = None,      # the JSON report; default <project>/runs/bench/smoke-<device type>.json
+         ) -> dict:                           # the report (also written): `ok`, and each part's results
+    "Run every GPU path once (at tiny sizes on a CPU) and write one JSON report (see above)."
+    dev = pick_device(device)
+    s = SMOKE['cuda' if dev.type == 'cuda' else 'cpu']
+    report = dict(device=_device_name(dev), torch=torch.__version__, attention=attention_kernel(default_backend(dev), dev),
+                  peak_flops=device_peak_flops(dev), parts={})
+    threads = torch.get_num_threads()
+    if dev.type == 'cpu': torch.set_num_threads(1)   # tiny models: one thread is faster, and steadier on a busy host
+    with tempfile.TemporaryDirectory() as tmp:
+        parts = dict(benchmark=lambda: _smoke_bench(dev, *s['bench']),
+                     pretrain=lambda: _smoke_pretrain(dev, *s['pretrain'], Path(tmp)),
+                     finetune_packed=lambda: _smoke_finetune(dev, s['finetune']),
+                     flash_vs_sdpa=lambda: _smoke_agreement(dev, s['agree']),
+                     fsdp2=lambda: _smoke_fsdp(dev, *s['fsdp']))
+        for name, part in parts.items():
+            t0 = time.perf_counter()
+            try: result = part()
+            except Exception as e: result = dict(ok=False, error=f'{type(e).__name__}: {e}')
+            report['parts'][name] = dict(result, seconds=round(time.perf_counter() - t0, 1))
+            print(f"{name:<16} {'ok' if result['ok'] else 'FAILED'} ({report['parts'][name]['seconds']} s)"
+                  + (f": {result['error']}" if 'error' in result else ''), flush=True)
+    torch.set_num_threads(threads)
+    report['ok'] = all(p['ok'] for p in report['parts'].values())
+    path = Path(out or project_root()/'runs'/'bench'/f'smoke-{dev.type}.json')
+    atomic_write_json(path, report)
+    print(f"smoke {'ok' if report['ok'] else 'FAILED'}: {path}")
+    return report
 
 # %% ../nbs/06_bench.ipynb #dfbd9916
 def _bool_or_none(text: str):
@@ -742,7 +964,20 @@ def _finetune_main(a) -> dict:
     return r
 
 
+def _smoke_main(argv: list[str]) -> dict:
+    p = argparse.ArgumentParser(prog='python -m mlmclm.bench smoke',
+                                description='Run every GPU path once (tiny sizes on a CPU) and write one JSON report.')
+    p.add_argument('--device', help='cpu, cuda, ...; default: CUDA when present')
+    p.add_argument('--out', help='the JSON report (default <project>/runs/bench/smoke-<device>.json)')
+    a = p.parse_args(argv)
+    r = smoke(a.device, a.out)
+    if not r['ok']: raise SystemExit(1)
+    return r
+
+
 def main(argv: list[str] | None = None) -> dict:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ['smoke']: return _smoke_main(argv[1:])
     p = _parser()
     a = p.parse_args(argv)
     if a.finetune:

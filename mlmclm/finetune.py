@@ -31,7 +31,7 @@ from .core import (LEASE_S, ConfigError, append_jsonl, atomic_path, atomic_write
                          pick_dtype, project_root, read_json, read_jsonl, seed_everything, write_run_record)
 from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL
 from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir
-from .model import TaskModel, build_model, check_checkpoint, default_backend, load, save
+from .model import TaskModel, build_model, check_checkpoint, default_backend, layout_of, load, save
 from .data import load_tokenizer, tokenizer_sha
 from .objectives import adamw
 from .packing import batch_backward, collate_packed, collate_padded, micro_batches, unpack_examples, unpack_tokens
@@ -45,8 +45,8 @@ __all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'TOKENS_PER_GIB', 'FEATURES_MAGIC', '
            'word_of_tokens', 'encode_tokens', 'encode_answer_tokens', 'encode_spans', 'encode_texts',
            'check_finetune_config', 'resolve_precision', 'train_steps', 'warmup_steps', 'token_budget', 'packed_layout',
            'examples_fingerprint', 'feature_cache_dir', 'cached_features', 'encode_pairs', 'RunContext', 'encoders_sha',
-           'HeadKind', 'head_kind', 'evaluate', 'cap_eval', 'task_model', 'finetune_run', 'st_tokenizer',
-           'save_sentence_transformer', 'recorded_name', 'finetune_sweep']
+           'top_k_cosine', 'HeadKind', 'head_kind', 'evaluate', 'cap_eval', 'task_model', 'finetune_run',
+           'st_tokenizer', 'save_sentence_transformer', 'recorded_name', 'finetune_sweep']
 
 # %% ../nbs/03b_finetune.ipynb #8d3c5f88
 SPECIAL_TOKENS = FINETUNE_OPTIONS['special_tokens'].choices
@@ -215,9 +215,13 @@ def token_budget(device: torch.device,  # where the run trains
     return max(int(gib * TOKENS_PER_GIB) // 1024 * 1024, max_length)
 
 
-def packed_layout(device: torch.device, max_length: int) -> tuple[str, int | None]:
+def packed_layout(device: torch.device,  # where the run trains
+                  max_length: int,       # the longest input of the run
+                  precision: str,        # the run's resolved precision: 'fp32' computes in fp32, the bf16 modes in bf16
+                 ) -> tuple[str, int | None]:
     "Attention backend and tokens per row of packed passes: ('flash', one row), or ('sdpa', rows of `max_length`)."
-    if device.type == 'cuda' and default_backend(device) != 'flash': return 'sdpa', max_length
+    dtype = torch.float32 if precision == 'fp32' else torch.bfloat16   # the GPU's flash kernels take no fp32
+    if device.type == 'cuda' and default_backend(device, dtype) != 'flash': return 'sdpa', max_length
     return 'flash', None
 
 # %% ../nbs/03b_finetune.ipynb #c4190831
@@ -430,7 +434,7 @@ def _example_outputs(model, feats: list[dict], run: RunContext) -> list:
     for group in _eval_groups(feats, run):
         chunk = [feats[i] for i in group]
         b = _to(collate_packed(chunk, pad_id, run.row_tokens) if run.cfg.packing else collate_padded(chunk, pad_id), run.device)
-        with run.autocast(): out = model(b['input_ids'], b['attention_mask'], b.get('document_ids'))
+        with run.autocast(): out = model(b['input_ids'], b['attention_mask'], b.get('document_ids'), layout=layout_of(b))
         parts = [_per_example(o.float().cpu(), b, chunk, model.kind in ('token', 'span'))
                  for o in (out if isinstance(out, tuple) else (out,))]
         for i, *o in zip(group, *parts): outs[i] = tuple(o) if len(o) > 1 else o[0]
@@ -516,6 +520,27 @@ def _eval_span(task, model, examples, run: RunContext) -> dict:
     return _mean_of(f1s, squad_f1=float(np.mean(f1s)), exact_match=float(np.mean([squad_em(p, g) for p, g in zip(preds, golds)])))
 
 
+def top_k_cosine(q: torch.Tensor,   # (n_queries, dim) unit vectors
+                 d: torch.Tensor,   # (n_docs, dim) unit vectors
+                 k: int,            # how many documents per query
+                 device,            # where to score (the model's device)
+                 chunk: int = 4096, # queries and documents per block of scores: (chunk, chunk) alive at a time
+                ) -> tuple[torch.Tensor, torch.Tensor]:   # scores, document indices: (n_queries, k) each, on the CPU
+    "The `k` most similar documents of every query, scored block by block on `device`, each block's top k merged."
+    values, indices = [], []
+    for qs in q.split(chunk):
+        qs, best_v, best_i = qs.to(device), None, None
+        for start in range(0, len(d), chunk):
+            scores = qs @ d[start:start + chunk].to(device).T                                  # (queries, block)
+            v, i = scores.topk(min(k, scores.shape[1]), dim=-1)
+            if best_v is not None: v, i = torch.cat([best_v, v], 1), torch.cat([best_i, i + start], 1)
+            else: i = i + start
+            best_v, pick = v.topk(min(k, v.shape[1]), dim=-1)                                   # merged: the best k so far
+            best_i = i.gather(1, pick)
+        values.append(best_v.cpu()); indices.append(best_i.cpu())
+    return torch.cat(values), torch.cat(indices)
+
+
 def _eval_embedding(task, model, examples, run: RunContext) -> dict:
     "Embed the queries and the corpus, rank by cosine, NDCG@10 per query in both forms (the score: `ndcg_mode`'s)."
     qids, dids = list(examples['queries']), list(examples['corpus'])
@@ -524,10 +549,10 @@ def _eval_embedding(task, model, examples, run: RunContext) -> dict:
                                                                             run.cfg.special_tokens))
         return F.normalize(torch.stack(_example_outputs(model, feats, run)), dim=-1)
     q = embed([examples['queries'][i] for i in qids], 'Query: '); d = embed([examples['corpus'][i] for i in dids], 'Document: ')
-    top = (q @ d.T).topk(min(FINETUNE.ndcg_k, len(dids)), dim=-1)
+    top_values, top_indices = top_k_cosine(q, d, FINETUNE.ndcg_k, run.device)
     standard, encodeval = [], []
     for i, qid in enumerate(qids):
-        ranked, sims = [dids[j] for j in top.indices[i]], top.values[i].tolist()
+        ranked, sims = [dids[j] for j in top_indices[i]], top_values[i].tolist()
         standard.append(ndcg_standard(ranked, examples['qrels'][qid])); encodeval.append(ndcg_encodeval(ranked, sims, examples['qrels'][qid]))
     return _mean_of(encodeval if run.cfg.ndcg_mode == 'encodeval' else standard,
                     ndcg_encodeval=float(np.mean(encodeval)), ndcg_at_10=float(np.mean(standard)))
@@ -648,9 +673,9 @@ def _run_context(task: Task, tok, cfg: FinetuneConfig) -> RunContext:
     "The run's context: token limit, device, precision, packed budgets (see `token_budget`) and feature cache."
     device, max_length = pick_device(cfg.device), cfg.max_length or task.max_length
     tokens = (cfg.micro_batch_tokens or token_budget(device, max_length)) if cfg.packing else None
-    backend, rows = packed_layout(device, max_length) if cfg.packing else (None, None)
-    return RunContext(tok, max_length, device, resolve_precision(cfg.precision, device), cfg, tokens, rows, backend,
-                      feature_cache_dir(cfg))
+    precision = resolve_precision(cfg.precision, device)
+    backend, rows = packed_layout(device, max_length, precision) if cfg.packing else (None, None)
+    return RunContext(tok, max_length, device, precision, cfg, tokens, rows, backend, feature_cache_dir(cfg))
 
 
 def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: float, seed: int,

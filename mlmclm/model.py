@@ -5,27 +5,32 @@
 # %% ../nbs/01_model.ipynb #af33ed92
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
+import importlib.util
 import inspect
 import json
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from transformers import LlamaForCausalLM
 
-from .core import ConfigError, atomic_path, atomic_write_json, build_config, param
+from .core import ConfigError, atomic_path, atomic_write_json, build_config, param, pick_dtype
 
 # %% auto #0
-__all__ = ['MODEL_SIZES', 'HEAD_KINDS', 'POOLINGS', 'SUPPORTED_MODEL_TYPES', 'ModelConfig', 'model_config', 'RMSNorm', 'MLP',
-           'Rotary', 'rotate_half', 'apply_rope', 'allowed_attention', 'varlen_layout', 'reference_varlen',
-           'varlen_kernel', 'default_backend', 'Attention', 'Block', 'document_positions', 'Body', 'Output',
-           'Transformer', 'build_model', 'mean_pool', 'pool', 'pool_padded', 'real_tokens', 'TaskModel',
+__all__ = ['MODEL_SIZES', 'HALF', 'HEAD_KINDS', 'POOLINGS', 'SUPPORTED_MODEL_TYPES', 'ModelConfig', 'model_config', 'RMSNorm',
+           'MLP', 'Rotary', 'rotate_half', 'apply_rope', 'allowed_attention', 'varlen_layout', 'host_layout',
+           'layout_of', 'reference_varlen', 'varlen_kernel', 'attention_kernel', 'default_backend', 'sdpa_inputs',
+           'Attention', 'Block', 'document_positions', 'unpad', 'repad', 'Body', 'Output', 'Transformer', 'build_model',
+           'mean_pool', 'pool', 'pool_padded', 'real_tokens', 'TaskModel', 'compile_blocks', 'HostSyncs',
            'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder', 'check_checkpoint', 'load',
            'parity_error', 'LlamaForMaskedLM', 'register_with_transformers']
 
@@ -159,20 +164,40 @@ def varlen_layout(B: int, T: int,                              # batch rows, row
                   attention_mask: torch.Tensor | None = None,  # (B, T): 1 real token, 0 padding
                   document_ids: torch.Tensor | None = None,    # (B, T): one id per packed document
                   device=None) -> dict:
-    """Where the variable-length kernels find each document among the flattened `(B*T)` tokens: `keep` (the real
-    tokens' flat positions; None when nothing is padded), `cu_seqlens` `(n_docs + 1,)` int32 offsets into the kept
-    tokens, and `max_len`, an upper bound on a document's length (T: no host sync, no recompilation)."""
-    keep = None if attention_mask is None else attention_mask.bool().flatten()            # (B*T,)
+    """Where the variable-length kernels find each document among the flattened `(B*T)` tokens: `indices`
+    `(n_tokens,)` the real tokens' flat positions (None when nothing is padded), `cu_seqlens` `(n_docs + 1,)` int32
+    offsets into the real tokens, and `max_len`, an upper bound on a document's length (`T`: no host sync;
+    `host_layout` gives the exact one)."""
+    ref = next((t for t in (attention_mask, document_ids) if t is not None), None)
+    device = ref.device if ref is not None else torch.device(device or 'cpu')
+    indices = None if attention_mask is None else attention_mask.flatten().nonzero().flatten()   # (n_tokens,)
+    if indices is not None and indices.numel() == B * T: indices = None                       # nothing padded
     rows = torch.arange(B, device=device).repeat_interleave(T)                             # (B*T,) row of each token
     docs = torch.zeros(B * T, dtype=torch.long, device=device) if document_ids is None else document_ids.flatten()
-    if keep is not None: rows, docs = rows[keep], docs[keep]                               # (n_tokens,)
-    # a document starts at each change of (row, document) among the kept tokens, whatever the padding layout
+    if indices is not None: rows, docs = rows.index_select(0, indices), docs.index_select(0, indices)
+    # a document starts at each change of (row, document) among the real tokens, whatever the padding layout
     starts = torch.ones_like(rows, dtype=torch.bool)
     starts[1:] = (rows[1:] != rows[:-1]) | (docs[1:] != docs[:-1])
     first = starts.nonzero().flatten()
     cu_seqlens = torch.cat([first, first.new_tensor([starts.numel()])]).to(torch.int32)   # (n_docs + 1,)
-    return dict(keep=keep, cu_seqlens=cu_seqlens, max_len=T)
+    return dict(indices=indices, cu_seqlens=cu_seqlens, max_len=T)
 
+
+def host_layout(attention_mask: torch.Tensor | None,  # (B, T) on the CPU: 1 real token, 0 padding
+                document_ids: torch.Tensor,           # (B, T) on the CPU: one id per packed document
+               ) -> dict:
+    "`varlen_layout` as the data path builds it on the CPU: `max_len` the longest document, a Python int."
+    lay = varlen_layout(*document_ids.shape, attention_mask, document_ids)
+    return dict(lay, max_len=int(lay['cu_seqlens'].diff().max()))
+
+
+def layout_of(batch: dict) -> dict | None:
+    "The variable-length layout a collated batch carries (`cu_seqlens`, `max_seqlen`, `indices`), or None."
+    if batch.get('cu_seqlens') is None or batch.get('document_ids') is None: return None
+    return dict(indices=batch.get('indices'), cu_seqlens=batch['cu_seqlens'], max_len=batch['max_seqlen'])
+
+# %% ../nbs/01_model.ipynb #58d2182f
+HALF = (torch.float16, torch.bfloat16)   # what the GPU attention kernels accept
 
 def reference_varlen(q, k, v, cu_seqlens, max_len, causal):
     "A varlen kernel in plain PyTorch (one SDPA call per document): slow, for checking the fast kernels anywhere."
@@ -184,19 +209,8 @@ def reference_varlen(q, k, v, cu_seqlens, max_len, causal):
     return torch.cat(out)                                                                  # (n_tokens, H, D)
 
 
-@functools.lru_cache(maxsize=None)
-def varlen_kernel():
-    """The fast variable-length attention kernel, `(q, k, v, cu_seqlens, max_len, causal) -> out` over flattened
-    tokens (`(n, H, D)`, `(n, H_kv, D)`): flash-attn's when it is installed, else PyTorch's own flash kernel
-    (`torch.nn.attention.varlen`, CUDA); None when neither exists."""
-    try:
-        from flash_attn import flash_attn_varlen_func
-        return lambda q, k, v, cu, max_len, causal: flash_attn_varlen_func(q, k, v, cu, cu, max_len, max_len,
-                                                                           causal=causal)
-    except ImportError: pass
-    try: from torch.nn.attention.varlen import varlen_attn
-    except ImportError: return None
-    # its keywords moved between releases: causality was `is_causal`, later `window_size`; GQA came later
+def _torch_varlen(varlen_attn):
+    "PyTorch's varlen kernel in our calling convention; its keywords moved between releases (causality, GQA)."
     params = inspect.signature(varlen_attn).parameters
     def torch_varlen(q, k, v, cu, max_len, causal):
         kw = {}
@@ -209,23 +223,68 @@ def varlen_kernel():
     return torch_varlen
 
 
-def default_backend(device) -> str:
-    "'flash' on a CUDA GPU that runs FlashAttention (sm80+) when a variable-length kernel exists, else 'sdpa'."
+@functools.lru_cache(maxsize=None)
+def _varlen_kernels() -> tuple:
+    "(kernel, its name, why flash-attn is not the kernel): found once per process."
+    problem = None
+    try:
+        import flash_attn
+        from flash_attn import flash_attn_varlen_func
+        return (lambda q, k, v, cu, max_len, causal: flash_attn_varlen_func(q, k, v, cu, cu, max_len, max_len,
+                                                                            causal=causal),
+                f'flash_attn.flash_attn_varlen_func ({flash_attn.__version__})', None)
+    except ImportError as e:   # installed but not importable: built for another torch (an ABI mismatch)
+        if importlib.util.find_spec('flash_attn') is not None:
+            problem = f'flash-attn is installed but does not import ({e}); rebuild it for torch {torch.__version__}'
+            warnings.warn(f'{problem}. Falling back to torch.nn.attention.varlen.', RuntimeWarning, stacklevel=3)
+        else: problem = 'flash-attn is not installed'
+    try: from torch.nn.attention.varlen import varlen_attn
+    except ImportError: return None, None, problem
+    return _torch_varlen(varlen_attn), f'torch.nn.attention.varlen.varlen_attn (torch {torch.__version__})', problem
+
+
+def varlen_kernel():
+    """The fast variable-length attention kernel, `(q, k, v, cu_seqlens, max_len, causal) -> out` over flattened
+    tokens (`(n, H, D)`, `(n, H_kv, D)`): flash-attn's when it imports, else PyTorch's own flash kernel
+    (`torch.nn.attention.varlen`, CUDA); None when neither exists."""
+    return _varlen_kernels()[0]
+
+
+def attention_kernel(backend: str,   # the model's `attn_backend`
+                     device,         # where it runs
+                    ) -> dict:       # backend, kernel, flash_attn_problem (None when flash-attn runs)
+    "What computes attention for `backend` on `device`: the record `run.json` keeps."
+    kernel, name, problem = _varlen_kernels()
+    if backend == 'flash':
+        name = name if torch.device(device).type == 'cuda' else 'mlmclm.model.reference_varlen (CPU)'
+    else: name = 'torch.nn.functional.scaled_dot_product_attention' if backend == 'sdpa' else 'eager (matmul + softmax)'
+    return dict(backend=backend, kernel=name, flash_attn_problem=problem)
+
+
+def default_backend(device,                       # where the model runs
+                    dtype: torch.dtype | None = None,  # compute dtype; None: `pick_dtype(device)` (the trainer's)
+                   ) -> str:
+    "'flash' on a CUDA GPU that runs FlashAttention (sm80+) with a variable-length kernel, in fp16/bf16; else 'sdpa'."
     device = torch.device(device)
-    if device.type != 'cuda' or varlen_kernel() is None: return 'sdpa'
+    dtype = pick_dtype(device) if dtype is None else dtype
+    if device.type != 'cuda' or dtype not in HALF or varlen_kernel() is None: return 'sdpa'
     return 'flash' if torch.cuda.get_device_capability(device) >= (8, 0) else 'sdpa'
 
+# %% ../nbs/01_model.ipynb #360739af
 def _varlen(q, k, v, is_causal, layout, kernel):
-    "Variable-length attention; q: (B, T, H, D), k/v: (B, T, H_kv, D) -> (B, T, H, D)."
+    "Variable-length attention over the rows laid end to end; q: (B, T, H, D), k/v: (B, T, H_kv, D) -> (B, T, H, D)."
     B, T = q.shape[:2]
     flat = [t.reshape(B * T, *t.shape[2:]) for t in (q, k, v)]                              # (B*T, heads, D)
-    keep = layout['keep']
-    if keep is not None: flat = [t[keep] for t in flat]                                     # (n_tokens, heads, D)
-    out = kernel(*flat, layout['cu_seqlens'], layout['max_len'], is_causal)                # (n_tokens, H, D)
-    if keep is None: return out.view(B, T, *out.shape[1:])
-    full = out.new_zeros(B * T, *out.shape[1:])
-    full[keep] = out
-    return full.view(B, T, *out.shape[1:])
+    out = kernel(*flat, layout['cu_seqlens'], layout['max_len'], is_causal)                # (B*T, H, D)
+    return out.view(B, T, *out.shape[1:])
+
+
+def sdpa_inputs(k, v, n_heads: int, masked: bool) -> tuple:
+    "`(k, v, enable_gqa)` for SDPA: keys and values repeated per query head when a mask is given (see above)."
+    n_kv = k.shape[1]                                                                     # k, v: (B, H_kv, T, D)
+    if n_kv == n_heads: return k, v, False
+    if not masked: return k, v, True
+    return k.repeat_interleave(n_heads // n_kv, dim=1), v.repeat_interleave(n_heads // n_kv, dim=1), False
 
 
 class Attention(nn.Module):
@@ -241,6 +300,18 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=bias)
 
+    def _flash(self, q, k, v, is_causal, layout):
+        "The variable-length kernels; q, k, v: (B, heads, T, D); `layout` of the (already unpadded) rows."
+        B, _, T, _ = q.shape
+        # on a CPU the GPU kernels do not run: the reference kernel keeps the same path working there
+        kernel = self.varlen_impl or (varlen_kernel() if q.is_cuda else reference_varlen)
+        if kernel is None: raise RuntimeError("attn_backend='flash' needs flash-attn or torch.nn.attention.varlen")
+        if kernel is not reference_varlen and q.dtype not in HALF:
+            raise ConfigError(f"attn_backend='flash' takes fp16 or bf16 inputs, not {q.dtype}: run in bf16 (autocast) "
+                              f"or use attn_backend='sdpa' (default_backend picks it for fp32)")
+        return _varlen(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal,
+                       layout or varlen_layout(B, T, device=q.device), kernel)             # (B, T, H, D)
+
     def forward(self, x, cos, sin, is_causal: bool, allowed=None):
         "`allowed`: the SDPA/eager boolean mask, or for 'flash' the `varlen_layout` (None: every pair allowed)."
         B, T, _ = x.shape
@@ -249,19 +320,12 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, T, self.n_kv, self.head_dim).transpose(1, 2)     # (B, H_kv, T, D)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         backend = self.cfg.attn_backend
-        if backend == 'flash':
-            # on a CPU the GPU kernels do not run: the reference kernel keeps the same path working there
-            kernel = self.varlen_impl or (varlen_kernel() if x.is_cuda else reference_varlen)
-            if kernel is None: raise RuntimeError("attn_backend='flash' needs flash-attn or torch.nn.attention.varlen")
-            layout = allowed or varlen_layout(B, T, device=x.device)
-            y = _varlen(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal, layout, kernel)
-            return self.o_proj(y.reshape(B, T, -1))                                 # (B, T, hidden)
+        if backend == 'flash': return self.o_proj(self._flash(q, k, v, is_causal, allowed).reshape(B, T, -1))
         if backend == 'sdpa':
-            # a plain causal call lets SDPA pick its fastest kernel; any other pattern goes as an explicit mask.
-            # GQA without copying keys/values: SDPA maps each query head to its key/value head itself.
+            # a plain causal call lets SDPA pick its fastest kernel; any other pattern goes as an explicit mask
             plain_causal = is_causal and allowed is None
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if plain_causal else allowed,
-                                               is_causal=plain_causal, enable_gqa=self.n_kv != self.n_heads)
+            k, v, gqa = sdpa_inputs(k, v, self.n_heads, masked=allowed is not None)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=plain_causal, enable_gqa=gqa)
         else:  # eager: the reference the fast kernels are tested against
             # GQA: each key/value head serves n_heads // n_kv query heads
             k = k.repeat_interleave(self.n_heads // self.n_kv, dim=1)               # (B, H, T, D)
@@ -297,6 +361,16 @@ def document_positions(document_ids: torch.Tensor) -> torch.Tensor:
     return idx - last_start
 
 
+def unpad(t: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    "`(B, T, ...)` -> `(1, n_tokens, ...)`: the real tokens as one row (an index gather: no host sync)."
+    return t.flatten(0, 1).index_select(0, indices)[None]
+
+
+def repad(t: torch.Tensor, indices: torch.Tensor, B: int, T: int) -> torch.Tensor:
+    "`(1, n_tokens, ...)` -> `(B, T, ...)`, zeros at the padding (an index scatter: no host sync)."
+    return t.new_zeros(B * T, *t.shape[2:]).index_copy(0, indices, t[0]).view(B, T, *t.shape[2:])
+
+# %% ../nbs/01_model.ipynb #d2f349ba
 class Body(nn.Module):
     "Embedding, blocks and final norm: everything but a head."
     def __init__(self, cfg: ModelConfig):
@@ -321,10 +395,13 @@ class Body(nn.Module):
             position_ids = (document_positions(document_ids) if document_ids is not None
                             else torch.arange(T, device=input_ids.device)[None])
         x = self.embed_tokens(input_ids)                                            # (B, T, hidden)
-        cos, sin = self.rotary(position_ids)                                        # (B, T, head_dim) each
-        allowed = None   # who attends to whom, worked out once for all layers
+        cos, sin = self.rotary(position_ids)                                        # (B or 1, T, head_dim) each
+        allowed, indices = None, None   # who attends to whom, worked out once for all layers
         if self.config.attn_backend == 'flash':
             allowed = layout or varlen_layout(B, T, attention_mask, document_ids, device=input_ids.device)
+            indices = allowed['indices']
+            if indices is not None:   # un-pad once: every block sees the real tokens alone, as one row
+                x, cos, sin = (unpad(t.expand(B, T, -1), indices) for t in (x, cos, sin))   # (1, n_tokens, ...)
         elif attention_mask is not None or document_ids is not None:
             allowed = allowed_attention(is_causal, T, attention_mask, document_ids, device=input_ids.device)
         for block in self.layers:
@@ -332,9 +409,10 @@ class Body(nn.Module):
                 x = torch.utils.checkpoint.checkpoint(block, x, cos, sin, is_causal, allowed, use_reentrant=False)
             else:
                 x = block(x, cos, sin, is_causal, allowed)
-        return self.norm(x)
+        x = self.norm(x)
+        return x if indices is None else repad(x, indices, B, T)
 
-
+# %% ../nbs/01_model.ipynb #0de9f875
 @dataclass
 class Output:
     logits: torch.Tensor | None = None            # (B, T, vocab), or (n_selected, vocab) with `logits_mask`
@@ -342,6 +420,8 @@ class Output:
 
 
 class Transformer(nn.Module):
+    base_model_prefix = 'model'   # as in transformers: where the body is (accelerate's FSDP2 finds the final norm)
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.config = cfg
@@ -359,8 +439,9 @@ class Transformer(nn.Module):
                 logits_mask: torch.Tensor | None = None,  # (B, T) bool: compute logits only there (sparse MLM head)
                 output_hidden_states: bool = False,
                 head: bool = True,   # False: no logits, the hidden states only (a loss that applies the head itself)
+                layout: dict | None = None,   # the batch's `varlen_layout` ('flash'; `layout_of` a collated batch)
                ) -> Output:
-        h = self.model(input_ids, attention_mask, is_causal, document_ids, position_ids)   # (B, T, hidden)
+        h = self.model(input_ids, attention_mask, is_causal, document_ids, position_ids, layout)   # (B, T, hidden)
         if not head: return Output(hidden_states=h)
         logits = self.lm_head(h if logits_mask is None else h[logits_mask])        # (B, T, V) or (n, V)
         return Output(logits=logits, hidden_states=h if output_hidden_states else None)
@@ -372,6 +453,9 @@ class Transformer(nn.Module):
         return n
 
     def set_gradient_checkpointing(self, on: bool = True): self.model.gradient_checkpointing = on
+    # transformers' names: accelerate's FSDP2 makes each its own unit, so the 128k-row head is gathered on its own
+    def get_input_embeddings(self) -> nn.Embedding: return self.model.embed_tokens
+    def get_output_embeddings(self) -> nn.Linear: return self.lm_head
 
 # %% ../nbs/01_model.ipynb #f0f68300
 def build_model(size: str | ModelConfig = 'tiny',  # a key of `MODEL_SIZES` or a `ModelConfig`
@@ -428,7 +512,7 @@ def real_tokens(h: torch.Tensor,   # (B, T, hidden)
                ) -> torch.Tensor:  # (n_tokens, hidden), in the order of `layout['cu_seqlens']`
     "The hidden states of the real tokens, padding dropped, one example after another."
     flat = h.flatten(0, 1)                                                              # (B*T, hidden)
-    return flat if layout['keep'] is None else flat[layout['keep']]
+    return flat if layout['indices'] is None else flat.index_select(0, layout['indices'])
 
 # %% ../nbs/01_model.ipynb #2415e8a3
 class TaskModel(nn.Module):
@@ -452,12 +536,13 @@ class TaskModel(nn.Module):
                 input_ids: torch.Tensor,                     # (B, T)
                 attention_mask: torch.Tensor | None = None,  # (B, T): 1 real token, 0 padding
                 document_ids: torch.Tensor | None = None,    # (B, T): packed batch, the example of each token
+                layout: dict | None = None,                  # packed: its `varlen_layout` from the data path (`layout_of`)
                ):
         """Padded batch: `(B, num_labels)` ('sequence'), `(B, T, num_labels)` ('token'), start and end `(B, T)`
         ('span'), `(B, hidden)` ('embedding'). Packed batch (`document_ids` given): `(n_examples, num_labels)`,
         `(n_tokens, num_labels)`, start and end `(n_tokens,)`, `(n_examples, hidden)`."""
         packed = document_ids is not None
-        layout = varlen_layout(*input_ids.shape, attention_mask, document_ids, device=input_ids.device) if packed else None
+        if packed and layout is None: layout = varlen_layout(*input_ids.shape, attention_mask, document_ids)
         h = self.model(input_ids, attention_mask, self.is_causal, document_ids, layout=layout)   # (B, T, hidden)
         if self.kind in ('token', 'span'):
             out = self.head(real_tokens(h, layout) if packed else h)   # (n_tokens or B, [T,] num_labels or 2)
@@ -465,6 +550,47 @@ class TaskModel(nn.Module):
         pooled = (pool(real_tokens(h, layout), layout['cu_seqlens'], self.pooling) if packed
                   else pool_padded(h, attention_mask, self.pooling))                    # (n_examples or B, hidden)
         return pooled if self.kind == 'embedding' else self.head(pooled)
+
+# %% ../nbs/01_model.ipynb #b9b0bb10
+def compile_blocks(model: nn.Module,  # a `Transformer` or `TaskModel` (its blocks are `model.model.layers`)
+                   **options,         # `torch.compile` options: backend, mode, dynamic, ...
+                  ) -> nn.Module:     # the same model, its blocks compiled in place
+    "Compile every transformer block in place; call before FSDP/DDP wrap the model (see above)."
+    for block in model.model.layers: block.compile(**options)
+    return model
+
+# %% ../nbs/01_model.ipynb #45d38a00
+_SYNC_OPS = {'nonzero', '_local_scalar_dense', 'masked_select', 'unique_consecutive', '_unique2', 'unique_dim',
+             'equal', 'is_nonzero', 'allclose'}
+_MASK_OPS = {'index', 'index_put', 'index_put_', '_index_put_impl_'}   # synchronise when indexed by a boolean mask
+
+
+def _waits(func, args, kwargs) -> bool:
+    "Does this aten call make the host wait for a GPU?"
+    name = func.overloadpacket.__name__
+    if name in _SYNC_OPS: return True
+    if name in _MASK_OPS: return any(t is not None and t.dtype in (torch.bool, torch.uint8) for t in args[1])
+    if name == 'repeat_interleave': return func._overloadname != 'self_int' and kwargs.get('output_size') is None
+    if name in ('_to_copy', 'copy_'):   # a copy from the GPU to the host
+        src = args[1] if name == 'copy_' else args[0]
+        dst = args[0].device if name == 'copy_' else kwargs.get('device', src.device)
+        return src.device.type == 'cuda' and torch.device(dst).type == 'cpu'
+    return False
+
+
+class HostSyncs(TorchDispatchMode):
+    "Counts the operations that make the host wait for a GPU while active (`with HostSyncs() as s: ...; s.count`)."
+    def __init__(self):
+        super().__init__()
+        self.ops = collections.Counter()   # aten op name -> calls that synchronise
+
+    @property
+    def count(self) -> int: return sum(self.ops.values())
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _waits(func, args, kwargs): self.ops[func.overloadpacket.__name__] += 1
+        return func(*args, **kwargs)
 
 # %% ../nbs/01_model.ipynb #f0b6f219
 def to_llama_config_dict(cfg: ModelConfig) -> dict:

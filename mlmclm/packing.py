@@ -13,13 +13,13 @@ import torch
 import torch.nn.functional as F
 
 from .core import ConfigError
-from .model import HEAD_KINDS
+from .model import HEAD_KINDS, layout_of
 from .objectives import IGNORE
 
 # %% auto #0
-__all__ = ['PACK_STRATEGIES', 'pack_rows', 'collate_packed', 'collate_padded', 'unpack_examples', 'unpack_tokens', 'token_rows',
-           'head_loss', 'MicroBatch', 'example_tokens', 'loss_terms', 'micro_batches', 'embed', 'cached_infonce',
-           'batch_backward']
+__all__ = ['PACK_STRATEGIES', 'pack_rows', 'collate_packed', 'collate_padded', 'to_device', 'unpack_examples', 'unpack_tokens',
+           'token_rows', 'head_loss', 'MicroBatch', 'example_tokens', 'loss_terms', 'micro_batches', 'embed',
+           'cached_infonce', 'batch_backward']
 
 # %% ../nbs/01c_packing.ipynb #e09832b9
 PACK_STRATEGIES = ('sequential', 'first-fit')
@@ -56,7 +56,8 @@ def collate_packed(features: list[dict],          # encoded examples with `input
                    budget: int | None = None,     # tokens per row; None: all in one row
                    strategy: str = 'sequential',  # one of PACK_STRATEGIES
                   ) -> dict:
-    "A packed batch: `input_ids`, `attention_mask`, `document_ids` `(rows, T)`, `cu_seqlens`, `order`, targets."
+    """A packed batch: `input_ids`, `attention_mask`, `document_ids` `(rows, T)`, `order`, targets, and the layout of
+    the variable-length kernels: `cu_seqlens`, `max_seqlen` (an int), `indices` (None when no row is padded)."""
     lengths = [len(f['input_ids']) for f in features]
     rows = pack_rows(lengths, budget or sum(lengths), strategy)
     order = [i for row in rows for i in row]
@@ -72,8 +73,10 @@ def collate_packed(features: list[dict],          # encoded examples with `input
             ids[r, at:at + n] = torch.as_tensor(features[i]['input_ids']); mask[r, at:at + n] = 1; docs[r, at:at + n] = k
             at, k = at + n, k + 1
     sizes = torch.tensor([lengths[i] for i in order])
+    real = mask.flatten().nonzero().flatten()                                          # (n_tokens,) flat positions
     return dict(input_ids=ids, attention_mask=mask, document_ids=docs, order=torch.tensor(order),
-                cu_seqlens=F.pad(sizes.cumsum(0), (1, 0)).to(torch.int32),
+                cu_seqlens=F.pad(sizes.cumsum(0), (1, 0)).to(torch.int32), max_seqlen=max(lengths),
+                indices=None if real.numel() == mask.numel() else real,
                 **_targets(features, order, lambda ls: torch.tensor([l for one in ls for l in one])))
 
 
@@ -89,6 +92,11 @@ def collate_padded(features: list[dict],  # encoded examples with `input_ids` an
     ids = [f['input_ids'] for f in features]
     return dict(input_ids=rows(ids, pad_id), attention_mask=rows([[1] * len(s) for s in ids], 0),
                 **_targets(features, list(range(len(features))), lambda ls: rows(ls, IGNORE)))
+
+
+def to_device(batch: dict, device) -> dict:
+    "The batch's tensors on `device`; its other values (`max_seqlen`, a None `indices`) as they are."
+    return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
 
 # %% ../nbs/01c_packing.ipynb #adb23185
 def unpack_examples(out: torch.Tensor,    # (n_examples, ...) in packed order
@@ -129,7 +137,7 @@ def head_loss(kind: str,    # 'sequence', 'token' or 'span' ('embedding': `cache
               batch: dict,  # from `collate_packed` or `collate_padded`, on the model's device
              ) -> torch.Tensor:
     "The micro-batch's mean loss: per example ('sequence', 'span') or per labelled token ('token')."
-    out = model(batch['input_ids'], batch['attention_mask'], batch.get('document_ids'))
+    out = model(batch['input_ids'], batch['attention_mask'], batch.get('document_ids'), layout=layout_of(batch))
     if kind == 'sequence': return F.cross_entropy(out.float(), batch['label'])
     if kind == 'token': return F.cross_entropy(out.float().flatten(0, -2), batch['labels'].flatten(), ignore_index=IGNORE)
     if kind == 'span':
@@ -190,8 +198,8 @@ def embed(model,                        # a `TaskModel` of kind 'embedding'
          ) -> torch.Tensor:             # (n, hidden) in the order of `features`
     "Embeddings of `features` in one forward pass."
     collate = (lambda f: collate_packed(f, pad_id, row_tokens)) if packing else (lambda f: collate_padded(f, pad_id))
-    b = {k: v.to(_device(model)) for k, v in collate(features).items()}
-    out = model(b['input_ids'], b['attention_mask'], b.get('document_ids'))
+    b = to_device(collate(features), _device(model))
+    out = model(b['input_ids'], b['attention_mask'], b.get('document_ids'), layout=layout_of(b))
     return unpack_examples(out, b['order']) if packing else out
 
 
@@ -247,7 +255,7 @@ def batch_backward(model,                   # a `TaskModel`
         if mb.weight == 0: continue   # nothing labelled: no loss, no gradient
         feats = [features[i] for i in mb.indices]
         batch = collate_packed(feats, pad_id, row_tokens) if packing else collate_padded(feats, pad_id)
-        with autocast(): loss = head_loss(kind, model, {k: v.to(device) for k, v in batch.items()})
+        with autocast(): loss = head_loss(kind, model, to_device(batch, device))
         (loss * mb.weight).backward()
         total = total + loss.detach() * mb.weight
     return total

@@ -37,9 +37,9 @@ from .objectives import adamw, device_peak_flops, flops_per_token, lm_loss, make
 # %% auto #0
 __all__ = ['COMPLETE', 'STATE_MANIFEST', 'STATE_CHECKSUMS', 'FLOP_CONVENTION', 'resolve_phases', 'check_pretrain_config',
            'step_batches', 'prefetched', 'recover_swaps', 'state_folder', 'save_training_state', 'load_training_state',
-           'StateError', 'seal_state', 'check_state', 'TrainState', 'Run', 'state_memory', 'setup', 'batch_stream',
-           'train_step', 'Throughput', 'log_metrics', 'keep_checkpoint', 'save_if_due', 'pretrain', 'command_config',
-           'main', 'loss_figure']
+           'StateError', 'seal_state', 'check_state', 'TrainState', 'Run', 'setup', 'batch_stream', 'train_step',
+           'Throughput', 'log_metrics', 'keep_checkpoint', 'save_if_due', 'pretrain', 'command_config', 'main',
+           'loss_figure']
 
 # %% ../nbs/02_pretrain.ipynb #7dbd8cd7
 def resolve_phases(cfg: PretrainConfig) -> list[Phase]:
@@ -504,23 +504,6 @@ def _session(acc) -> str:
     "The main process's id, known to every process: it names this session's temporary folders."
     from accelerate.utils import broadcast_object_list
     return str(broadcast_object_list([os.getpid()])[0]) if acc.num_processes > 1 else str(os.getpid())
-
-# %% ../nbs/02_pretrain.ipynb #77a3ebe0
-def state_memory(size: str,                # a key of MODEL_SIZES
-                 processes: int = 8,       # GPUs the run is spread over
-                 vocab_size: int = 128_256 # Llama-3's
-                ) -> dict:
-    "GiB per process of weights, gradients and AdamW moments, under DDP and under FSDP2 (shards plus the largest gathered units)."
-    cfg = model_config(size, vocab_size=vocab_size)
-    with torch.device('meta'): m = Transformer(cfg)
-    total = sum(p.numel() for p in m.parameters())
-    block = sum(p.numel() for p in m.model.layers[0].parameters())
-    root = total - cfg.num_hidden_layers * block                                  # embeddings, head, final norm
-    gib = 2 ** 30
-    gathered = 2 * 2 * block + (2 + 4) * root          # two blocks and the root in bf16, the root's fp32 gradients
-    return dict(size=size, parameters=total, processes=processes, ddp_gib=16 * total / gib,
-                fsdp_shards_gib=16 * total / processes / gib, fsdp_gathered_gib=gathered / gib,
-                fsdp_gib=(16 * total / processes + gathered) / gib)
 
 # %% ../nbs/02_pretrain.ipynb #0e40fa62
 _SESSION_FIELDS = ('progress', 'stop_at_step', 'prefetch', 'log_every', 'save_every', 'checkpoint_steps', 'tensorboard',

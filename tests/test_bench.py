@@ -1,8 +1,10 @@
-"""The benchmark's command line end to end: ours vs Hugging Face in one run, last line `ratio=...`, results on disk."""
+"""The benchmark's command line end to end: ours vs Hugging Face in one run, last line `ratio=...`, results on disk;
+what dynamo did per side; the smoke command of the first GPU run, at tiny sizes on a CPU."""
 import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from mlmclm.core import project_root
@@ -88,3 +90,32 @@ def test_cli_finetune_refuses_bad_combinations(tmp_path):
     run = subprocess.run([sys.executable, '-m', 'mlmclm.bench', '--finetune', 'tweet_ner', '--size', 'tiny', '--out',
                           str(tmp_path)], capture_output=True, text=True, cwd=project_root(), timeout=300)
     assert run.returncode != 0 and "the Trainer baseline runs sequence classification tasks" in run.stderr
+
+
+@pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
+def test_sides_report_what_dynamo_did_and_an_eager_fallback():
+    "Past dynamo's recompile limit blocks run eager without an error: a side counts the hits, and they are reported."
+    import torch._dynamo
+    from mlmclm.bench import Side, time_sides
+    bs = make_batches(bench_config('tiny'), 'clm', 2, 32, n=2)
+    no_docs = [{**b, 'document_ids': None} for b in bs]
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.reset(); torch._dynamo.config.recompile_limit = 1
+    try:
+        sides = [Side('plain', build_model('tiny'), bench_loss, no_docs, 'cpu', compile='eager'),
+                 Side('docs', build_model('tiny'), bench_loss, bs, 'cpu', compile='eager')]   # a second graph: over the limit
+        t = time_sides(sides, steps=1, reps=1, warmup=1)
+    finally: torch._dynamo.config.recompile_limit = limit; torch._dynamo.reset()
+    assert t['plain']['dynamo']['compiled_frames'] == 1 and t['plain']['dynamo']['recompile_limit_hits'] == 0
+    assert t['docs']['dynamo']['recompile_limit_hits'] > 0
+
+
+def test_smoke_runs_every_gpu_path_at_tiny_sizes_on_cpu(tmp_path):
+    run = subprocess.run([sys.executable, '-m', 'mlmclm.bench', 'smoke', '--device', 'cpu', '--out', str(tmp_path/'s.json')],
+                         capture_output=True, text=True, cwd=project_root(), timeout=600)
+    report = json.loads((tmp_path/'s.json').read_text())
+    assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
+    assert report['ok'] and sorted(report['parts']) == ['benchmark', 'finetune_packed', 'flash_vs_sdpa', 'fsdp2', 'pretrain']
+    assert report['parts']['finetune_packed']['host_syncs'] == {}
+    assert report['parts']['fsdp2']['block_graph_calls'] == [2 * report['parts']['fsdp2']['layers']] * 2
+    assert report['parts']['pretrain']['measured_peak_gib'] > 0 and report['attention']['backend'] == 'sdpa'

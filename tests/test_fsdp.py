@@ -1,7 +1,10 @@
-"""FSDP2 over two gloo processes: trains, saves sharded state, resumes in new processes, and matches one process."""
+"""FSDP2 over two gloo processes: trains, saves sharded state, resumes in new processes, and matches one process; and,
+in one process, every block compiled under FSDP2 with activation checkpointing."""
+import math
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from mlmclm.core import build_config, project_root, read_json, read_jsonl
@@ -38,3 +41,14 @@ def test_two_gloo_processes_under_fsdp_save_resume_and_match_one_process(tmp_pat
     assert diff < 1e-5, diff        # the same rows and masks; only the order of float sums differs
     switch = load(tmp_path/'two'/'checkpoints'/'step-3').state_dict()      # the switch checkpoint, gathered whole
     assert all(switch[k].shape == a[k].shape for k in a)
+
+
+@pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
+def test_every_block_runs_compiled_under_fsdp2_with_checkpointing():
+    "`compile_blocks` before sharding: each block's compiled graph runs in the forward pass and in the recomputation;"
+    "compiling the whole model first (as `prepare(torch.compile(model))` did) leaves every block eager."
+    from mlmclm.bench import fsdp2_probe
+    blocks = fsdp2_probe('tiny', 'cpu', steps=2, seq_len=32)
+    assert blocks['block_graph_calls'] == [2 * blocks['layers']] * 2 and blocks['block_graphs'] == 1
+    assert blocks['recompile_limit_hits'] == 0 and all(map(math.isfinite, blocks['losses']))
+    assert fsdp2_probe('tiny', 'cpu', steps=1, seq_len=32, whole_model=True)['block_graph_calls'] == [0]

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 import torch
 
-from mlmclm.model import POOLINGS, TaskModel, Transformer, build_model, load, save
+from mlmclm.model import POOLINGS, TaskModel, Transformer, build_model, layout_of, load, save
 from mlmclm.objectives import IGNORE
 from mlmclm.packing import (batch_backward, cached_infonce, collate_packed, collate_padded, head_loss, unpack_examples,
                             unpack_tokens)
@@ -50,7 +50,7 @@ def _per_example(model: TaskModel, feats: list[dict], packed: bool) -> list[torc
     "Each example's outputs, in example order: one vector (pooled heads) or its tokens' outputs (token, span)."
     if packed:
         b = collate_packed(feats, 0, budget=12, strategy='first-fit')   # several rows, examples reordered
-        out = model(b['input_ids'], b['attention_mask'], b['document_ids'])
+        out = model(b['input_ids'], b['attention_mask'], b['document_ids'], layout=layout_of(b))   # the data path's layout
         if model.kind in ('sequence', 'embedding'): return list(unpack_examples(out, b['order']))
         if model.kind == 'span': out = torch.stack(out, -1)                                     # (n_tokens, 2)
         return unpack_tokens(out, b['cu_seqlens'], b['order'])
