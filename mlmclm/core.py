@@ -31,13 +31,13 @@ from typing import Callable
 import numpy as np
 
 # %% auto #0
-__all__ = ['HOST', 'LEASE_S', 'package_dir', 'project_root', 'assets_dir', 'seed_everything', 'pick_device', 'pick_dtype',
-           'new_file_mode', 'atomic_path', 'atomic_write_text', 'to_json', 'atomic_write_json', 'read_json',
-           'WriteError', 'append_lines', 'append_jsonl', 'jsonl_rows', 'warn_lines', 'read_jsonl', 'ClaimHeld',
-           'this_process', 'owner_alive', 'fs_now', 'utc_now', 'claim_state', 'Claim', 'try_claim', 'claim',
-           'ConfigError', 'param', 'check_field', 'build_config', 'config_help', 'injected_parameters',
-           'notebook_config', 'parameters_source', 'git_commit', 'environment_info', 'config_hash', 'run_dir',
-           'write_run_record']
+__all__ = ['HOST', 'LEASE_S', 'NUMERICS_ENV', 'package_dir', 'project_root', 'assets_dir', 'seed_everything', 'pick_device',
+           'pick_dtype', 'new_file_mode', 'atomic_path', 'atomic_write_text', 'to_json', 'atomic_write_json',
+           'read_json', 'WriteError', 'append_lines', 'append_jsonl', 'jsonl_rows', 'warn_lines', 'read_jsonl',
+           'ClaimHeld', 'this_process', 'owner_alive', 'fs_now', 'utc_now', 'claim_state', 'Claim', 'try_claim',
+           'claim', 'ConfigError', 'param', 'check_field', 'build_config', 'config_help', 'injected_parameters',
+           'notebook_config', 'parameters_source', 'git_commit', 'cpu_info', 'environment_info', 'config_hash',
+           'run_dir', 'write_run_record']
 
 # %% ../nbs/00_core.ipynb #1a8a82f0
 def package_dir() -> Path:
@@ -492,6 +492,18 @@ def git_commit(root: str | Path | None = None) -> dict:
         return dict(commit=head.stdout.strip(), dirty=dirty)
     except (OSError, subprocess.SubprocessError): return dict(commit=None, dirty=None)
 
+NUMERICS_ENV = ('OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'ATEN_CPU_CAPABILITY', 'MKL_CBWR', 'ONEDNN_MAX_CPU_ISA')
+
+def cpu_info() -> dict:
+    "What a CPU run's floats depend on: the processor, torch's vector kernels, its threads, the variables pinning them."
+    import torch
+    try: lines = Path('/proc/cpuinfo').read_text().splitlines()
+    except OSError: lines = []
+    model = next((l.split(':', 1)[1].strip() for l in lines if l.startswith('model name')), platform.processor())
+    return dict(model=model, capability=torch.backends.cpu.get_cpu_capability(), threads=torch.get_num_threads(),
+                env={k: os.environ[k] for k in NUMERICS_ENV if k in os.environ})
+
+
 def environment_info() -> dict:
     "Versions, host and git state that a result depends on."
     import torch
@@ -502,7 +514,7 @@ def environment_info() -> dict:
     pkgs = ['mlmclm', 'torch', 'transformers', 'datasets', 'accelerate', 'tokenizers', 'numpy', 'flash-attn']
     return dict(python=sys.version.split()[0], platform=platform.platform(), packages={p: v(p) for p in pkgs},
                 cuda=torch.version.cuda, gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-                git=git_commit())
+                cpu=cpu_info(), git=git_commit())
 
 def config_hash(config) -> str:
     "A short stable hash of a config (dataclass or dict): equal configs give equal hashes."

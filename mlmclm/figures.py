@@ -637,16 +637,19 @@ def corpus_unigram_entropy(data: str = 'embedded') -> float:
 
 
 def collect_pretrain_loss(study_dir: str | Path, entropy: float, tail: int = 5) -> pd.DataFrame:
-    "Per pretraining run of a study folder: last phase, steps, mean loss of its last `tail` logged rows, and `entropy`."
+    """Per pretraining run of a study folder: last phase, steps, mean loss of its last `tail` logged rows, its last
+    held-out loss (`02_pretrain`; None for runs without one), and `entropy`."""
     rows = []
     for f in sorted(Path(study_dir).glob('*/metrics.jsonl')):
         m = read_jsonl(f)
         if not m: continue
         last = [r for r in m if r['phase'] == m[-1]['phase']][-tail:]
         ratio = last[-1].get('mask_ratio')
+        held = [r['heldout_loss'] for r in m if r['phase'] == m[-1]['phase'] and r.get('heldout_loss') is not None]
         rows.append(dict(run=f.parent.name, last_phase=last[-1]['objective'] + (f'{round(ratio * 100)}' if ratio else ''),
-                         steps=m[-1]['step'], final_loss=float(np.mean([r['loss'] for r in last])), unigram_entropy=entropy))
-    return pd.DataFrame(rows, columns=['run', 'last_phase', 'steps', 'final_loss', 'unigram_entropy'])
+                         steps=m[-1]['step'], final_loss=float(np.mean([r['loss'] for r in last])),
+                         heldout_loss=held[-1] if held else None, unigram_entropy=entropy))
+    return pd.DataFrame(rows, columns=['run', 'last_phase', 'steps', 'final_loss', 'heldout_loss', 'unigram_entropy'])
 
 # %% ../nbs/05_figures.ipynb #22834d2c
 def render_all(results: pd.DataFrame,         # the results store (one row per fine-tuning run)

@@ -36,9 +36,10 @@ from .objectives import (adamw, attention_span, device_peak_flops, flops_per_tok
                                memory_estimate, memory_line, wsd_schedule)
 
 # %% auto #0
-__all__ = ['COMPLETE', 'STATE_MANIFEST', 'STATE_CHECKSUMS', 'FLOP_CONVENTION', 'resolve_phases', 'check_pretrain_config',
-           'step_batches', 'prefetched', 'recover_swaps', 'state_folder', 'save_training_state', 'load_training_state',
-           'StateError', 'seal_state', 'check_state', 'TrainState', 'Run', 'setup', 'batch_stream', 'train_step',
+__all__ = ['COMPLETE', 'STATE_MANIFEST', 'STATE_CHECKSUMS', 'HELDOUT_SEED', 'FLOP_CONVENTION', 'resolve_phases',
+           'check_pretrain_config', 'step_batches', 'prefetched', 'recover_swaps', 'state_folder',
+           'save_training_state', 'load_training_state', 'StateError', 'seal_state', 'check_state', 'TrainState', 'Run',
+           'heldout_first_token', 'setup', 'batch_stream', 'train_step', 'heldout_batches', 'heldout_loss',
            'Throughput', 'log_metrics', 'keep_checkpoint', 'save_if_due', 'pretrain', 'command_config', 'main',
            'loss_figure']
 
@@ -451,6 +452,7 @@ class Run:
     grad_accum: int = 1      # micro-batches per step and process (`mlmclm.runs.grad_accum`)
     claim: object = None     # the main process's claim on the run (`mlmclm.core.Claim`), held while it trains
     memory: dict | None = None   # the estimated peak memory of one process (`mlmclm.objectives.memory_estimate`)
+    heldout: dict = dataclasses.field(default_factory=dict)   # the held-out micro-batches of each phase, made once
 
     @property
     def state_dir(self) -> Path: return self.folder/'state'
@@ -512,7 +514,7 @@ def _session(acc) -> str:
 # %% ../nbs/02_pretrain.ipynb #0e40fa62
 _SESSION_FIELDS = ('progress', 'stop_at_step', 'prefetch', 'log_every', 'save_every', 'checkpoint_steps', 'tensorboard',
                    'out_dir', 'store_dir', 'data_workers', 'device', 'attn_backend', 'compile', 'fsdp',
-                   'on_config_change', 'run_id')   # how a session runs, not what it computes
+                   'on_config_change', 'run_id', 'heldout_rows', 'heldout_every')   # how a session runs, not what it computes
 
 def _rows_per_step(config: dict, processes: int) -> int:
     "A recorded or new config's rows per step (`global_batch`; before it existed: micro-batch x accumulation x processes)."
@@ -593,12 +595,35 @@ def _data_offset(cfg: PretrainConfig, store: TokenStore, extra: dict | None) -> 
     return 0, 'the start' + (' (init_from was trained on another store)' if seen else '')
 
 
+HELDOUT_SEED = 0   # one masking of the held-out rows for every run, so that runs of one objective compare on the same targets
+
+def heldout_first_token(store_tokens: int, rows: int, seq_len: int) -> int:
+    "Where the held-out rows begin: the last `rows` full rows of `seq_len` tokens of a store of `store_tokens` tokens."
+    first = (store_tokens // seq_len - rows) * seq_len
+    if first < 0:
+        raise ConfigError(f'heldout_rows={rows} rows of {seq_len} tokens do not fit in a store of {store_tokens:,} tokens; '
+                          f'use heldout_rows <= {store_tokens // seq_len} (0: no held-out loss)')
+    return first
+
+
+def _heldout_record(run: Run, end: int) -> dict | None:
+    "Where the held-out rows lie, and whether this run's training rows reach them (said aloud when they do)."
+    if not run.cfg.heldout_rows: return None
+    held = heldout_first_token(len(run.store), run.cfg.heldout_rows, run.cfg.seq_len)
+    if end > held and run.is_main:
+        print(f'note: run {run.run_id} trains on store tokens up to {end:,}, past {held:,} where its held-out rows '
+              'begin: its held-out loss is not held out', file=sys.stderr)
+    return dict(first_token=held, rows=run.cfg.heldout_rows, every=run.cfg.heldout_every, seed=HELDOUT_SEED,
+                read_in_training=end > held)
+
+
 def _data_record(run: Run, why: str) -> dict:
     "The store and the token range this run reads; a loud warning if it runs past the store's end."
     first, n = run.data_offset, len(run.store)
     end = first + run.cfg.total_steps * run.rows_per_step * run.cfg.seq_len
     record = dict(store=str(run.store.folder), store_id=run.store.store_id, store_tokens=n, source=run.store.manifest['source'],
-                  first_token=first, end_token=end, offset_from=why, epochs=round((end - first) / n, 4), repeats=end > n)
+                  first_token=first, end_token=end, offset_from=why, epochs=round((end - first) / n, 4), repeats=end > n,
+                  heldout=_heldout_record(run, end))
     if end > n and run.is_main:
         msg = (f'run {run.run_id} reads store tokens {first:,} to {end:,} but the store holds {n:,} unique tokens: it '
                f'REPEATS DATA, {(end - first) / n:.2f} epochs. The paper trains on unique tokens: use a larger store.')
@@ -694,14 +719,18 @@ def _setup_claimed(cfg: PretrainConfig, acc, phases: list, accumulation: int, he
     return run, state
 
 # %% ../nbs/02_pretrain.ipynb #fb888861
+def _token_ids(run: Run) -> dict:
+    "What masking needs to know of the tokenizer."
+    return dict(mask_token_id=run.tokenizer.mask_token_id, vocab_size=len(run.tokenizer),
+                special_ids=sorted(set(run.tokenizer.all_special_ids)))
+
+
 def batch_stream(run: Run, state: TrainState):
     "This process's micro-batches of every remaining step, prepared `prefetch` steps ahead in a background thread."
     cfg, acc = run.cfg, run.acc
     rows = functools.partial(run.store.rows, run.data_offset, seq_len=cfg.seq_len)   # reads only the rows asked for
-    ids_info = dict(mask_token_id=run.tokenizer.mask_token_id, vocab_size=len(run.tokenizer),
-                    special_ids=sorted(set(run.tokenizer.all_special_ids)))
     batches = step_batches(rows, run.phases, range(state.step, run.last_step), cfg.batch_size, run.grad_accum,
-                           acc.num_processes, acc.process_index, ids_info,
+                           acc.num_processes, acc.process_index, _token_ids(run),
                            (cfg.replace_mask, cfg.replace_random, cfg.replace_keep), cfg.seed,
                            pin=acc.device.type == 'cuda')
     return prefetched(batches, cfg.prefetch) if cfg.prefetch else batches
@@ -732,6 +761,31 @@ def train_step(run: Run, state: TrainState, phase: Phase,
     state.tokens_seen += run.rows_per_step * run.cfg.seq_len
     return loss, lr
 
+# %% ../nbs/02_pretrain.ipynb #15736a25
+def heldout_batches(run: Run, phase: Phase) -> list[dict]:
+    "The held-out rows as micro-batches of `phase`'s objective, masked with `HELDOUT_SEED`."
+    cfg = run.cfg
+    first = heldout_first_token(len(run.store), cfg.heldout_rows, cfg.seq_len)
+    replace = (cfg.replace_mask, cfg.replace_random, cfg.replace_keep)
+    return [make_batch(run.store.rows(first, r, min(cfg.batch_size, cfg.heldout_rows - r), cfg.seq_len), phase,
+                       _token_ids(run), replace, HELDOUT_SEED, r) for r in range(0, cfg.heldout_rows, cfg.batch_size)]
+
+
+@torch.no_grad()
+def heldout_loss(run: Run, phase: Phase) -> float:
+    "`phase`'s loss on the held-out rows: every labelled position weighs the same (every process computes it whole)."
+    if phase.label not in run.heldout: run.heldout[phase.label] = heldout_batches(run, phase)
+    batches = run.heldout[phase.label]
+    total = count = 0.0
+    run.model.eval()
+    try:
+        for batch in batches:
+            batch = {k: v.to(run.acc.device) if torch.is_tensor(v) else v for k, v in batch.items()}
+            with run.acc.autocast(): loss, n = lm_loss(run.model, batch, run.cfg.sparse_head, run.cfg.ce_chunk)
+            total, count = total + loss.float() * n, count + n
+    finally: run.model.train()
+    return (total / count).item()
+
 # %% ../nbs/02_pretrain.ipynb #a06cce1c
 class Throughput:
     "Tokens per second between two metrics rows."
@@ -749,8 +803,11 @@ def log_metrics(run: Run, state: TrainState, phase_index: int, phase: Phase, los
                 throughput: Throughput,
                 attn_spans: list | None = None,  # `attention_span` of each step's micro-batches since the last row
                ) -> dict | None:
-    "Every `log_every` steps (and at the last): one row of `metrics.jsonl` (loss, LR, tokens/s, MFU on known GPUs)."
-    if state.step % run.cfg.log_every and state.step != run.last_step: return None
+    """Every `log_every` steps, every `heldout_every` steps and at the last: one row of `metrics.jsonl` (loss, LR,
+    tokens/s, MFU on known GPUs, the held-out loss when it is due)."""
+    last = state.step == run.last_step
+    held = bool(run.cfg.heldout_rows) and (state.step % run.cfg.heldout_every == 0 or last)
+    if state.step % run.cfg.log_every and not last and not held: return None
     tps, peak = throughput(state.tokens_seen), device_peak_flops(run.acc.device)
     mfu = lambda span=None: tps * flops_per_token(run.raw_model.config, run.cfg.seq_len, phase.objective,
                                                    phase.mask_ratio or 0.0, run.cfg.sparse_head, attn_len=span) / \
@@ -758,7 +815,8 @@ def log_metrics(run: Run, state: TrainState, phase_index: int, phase: Phase, los
     span = sum(attn_spans) / len(attn_spans) if attn_spans else None   # equal tokens per batch: the mean is exact
     row = dict(step=state.step, phase=phase_index, objective=phase.objective, mask_ratio=phase.mask_ratio, loss=loss,
                lr=lr, tokens_seen=state.tokens_seen, tokens_per_s=tps, mfu=mfu(), flop_convention=FLOP_CONVENTION,
-               attention_span=span, mfu_doc_lengths=mfu(span) if span else None)
+               attention_span=span, mfu_doc_lengths=mfu(span) if span else None,
+               heldout_loss=heldout_loss(run, phase) if held else None)
     if attn_spans is not None: attn_spans.clear()
     if run.is_main:
         append_jsonl(run.folder/'metrics.jsonl', row)
@@ -870,12 +928,16 @@ def main(argv: list[str] | None = None) -> None:
 def loss_figure(metrics: list[dict],  # rows of a run's metrics.jsonl
                 phases: list[Phase],  # the run's phases (`check_pretrain_config`)
                 title: str = ''):
-    "The training loss per logged step, coloured by phase, with the switch steps marked; returns the figure."
+    "The training loss per logged step and the held-out loss (diamonds), coloured by phase, the switches marked; returns the figure."
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 3))
     for i, ph in enumerate(phases):
         rows = [m for m in metrics if m['phase'] == i]
-        if rows: ax.plot([m['step'] for m in rows], [m['loss'] for m in rows], marker='.', label=f'phase {i + 1}: {ph.label}')
+        if not rows: continue
+        line, = ax.plot([m['step'] for m in rows], [m['loss'] for m in rows], marker='.', label=f'phase {i + 1}: {ph.label}')
+        held = [m for m in rows if m.get('heldout_loss') is not None]
+        if held: ax.plot([m['step'] for m in held], [m['heldout_loss'] for m in held], ls='none', marker='D', mfc='none',
+                         color=line.get_color(), label=f'held-out rows ({ph.label})')
     for s in switch_steps(phases):
         ax.axvline(s, color='grey', ls='--', lw=1)
         ax.annotate(f'switch at {s}', (s, 1), xycoords=('data', 'axes fraction'), ha='left', va='top', fontsize=8)

@@ -47,10 +47,10 @@ def comma_numbers(text: str, name: str, whole: bool = False) -> list:
 BIPHASIC_CLM_FRACTION = 0.25
 
 def step_defaults(total_steps: int) -> dict:
-    "Warmup, decay, kept checkpoints and save interval of a run of `total_steps` steps, for the ones not given."
+    "Warmup, decay, kept checkpoints, save and held-out intervals of a run of `total_steps` steps, for the ones not given."
     return dict(warmup_steps=round(0.1 * total_steps), decay_steps=round(0.2 * total_steps),
                 checkpoint_steps=','.join(str(s) for s in sorted({total_steps // 4, total_steps // 2} - {0})),
-                save_every=max(1, total_steps // 4))
+                save_every=max(1, total_steps // 4), heldout_every=max(1, total_steps // 8))
 
 
 @dataclass
@@ -95,6 +95,9 @@ class PretrainConfig:
                                                "10000,20000,40000'); None: a quarter and a half of total_steps; '': none")
     save_every: int | None = param(None, 'steps between resumable training-state saves; None: a quarter of total_steps', low=1)
     log_every: int = param(10, 'steps between metrics.jsonl rows', low=1)
+    heldout_rows: int = param(64, "rows of the fixed held-out batch whose loss metrics.jsonl reports: the store's last "
+                                  "full rows, masked alike in every run (0: none)", low=0)
+    heldout_every: int | None = param(None, 'steps between held-out losses; None: an eighth of total_steps', low=1)
     stop_at_step: int | None = param(None, 'end this session after this step (the run stays resumable)', low=1)
     device: str | None = param(None, "'cpu', 'cuda', ...; None picks")
     fsdp: bool = param(False, 'shard weights, gradients and optimizer state over the processes (FSDP2; 610m/1b)')
@@ -134,7 +137,8 @@ def grad_accum(global_batch: int | None,  # rows per optimizer step, all process
 
 # %% ../nbs/00b_runs.ipynb #e0a1a2cb
 # they change how a run goes, not its numbers
-_NOT_IN_RUN_ID = ('progress', 'stop_at_step', 'run_id', 'prefetch', 'store_dir', 'data_workers', 'fsdp', 'on_config_change')
+_NOT_IN_RUN_ID = ('progress', 'stop_at_step', 'run_id', 'prefetch', 'store_dir', 'data_workers', 'fsdp', 'on_config_change',
+                  'heldout_rows', 'heldout_every')
 
 def default_run_id(cfg: PretrainConfig) -> str:
     "A readable, config-specific folder name: size, schedule, steps and a hash of the fields set off their defaults."

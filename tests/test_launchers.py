@@ -53,6 +53,7 @@ def _other_value(f):
     m, d = f.metadata, f.default
     if m.get('choices'): return next(c for c in m['choices'] if c != d)
     if isinstance(d, bool): return not d
+    if f.type == 'bool | None': return True
     if f.type in ('int', 'int | None'): return (m.get('low') or 0) + 3 if d is None else d + 1
     if f.type in ('float', 'float | None'): return 0.5 if d != 0.5 else 0.25
     return 'elsewhere/x' if d is None else f'{d},x'
@@ -94,7 +95,7 @@ PRETRAIN_VALUES = dict(schedule='biphasic', clm_steps=3, total_steps=6, mask_rat
                        data_subset='sample-10BT', data_offset=64, data_workers=2, seq_len=32, global_batch=4, batch_size=2,
                        lr=1e-3, warmup_steps=1, decay_steps=2, weight_decay=0.05, adam_beta1=0.8, adam_beta2=0.9,
                        adam_eps=1e-6, grad_clip=0.5, seed=7, run_id='pm', checkpoint_steps='2', save_every=5,
-                       log_every=1, stop_at_step=5, device='cpu', attn_backend='eager', sparse_head=False, ce_chunk=16,
+                       log_every=1, heldout_rows=8, heldout_every=2, stop_at_step=5, device='cpu', attn_backend='eager', sparse_head=False, ce_chunk=16,
                        prefetch=0, gradient_checkpointing=True, progress=False, on_config_change='force_new')
 # left at their defaults here, each for a reason (the test above passes every one of them): a larger model or
 # sharding is minutes of CPU, init_from/resume_from need a run first, clm_fraction excludes clm_steps, compile is
@@ -123,7 +124,9 @@ def test_papermill_passes_every_pretraining_parameter_to_the_run(pretrained):
     recorded = read_json(tmp/'pm'/'run.json')
     assert {k: recorded['config'][k] for k in PRETRAIN_VALUES} == PRETRAIN_VALUES
     assert recorded['batch'] == dict(global_batch=4, micro_batch=2, grad_accum=2, processes=1)
-    assert [m['objective'] for m in read_jsonl(tmp/'pm'/'metrics.jsonl')] == ['clm'] * 3 + ['mlm'] * 2
+    metrics = read_jsonl(tmp/'pm'/'metrics.jsonl')
+    assert [m['objective'] for m in metrics] == ['clm'] * 3 + ['mlm'] * 2
+    assert [m['heldout_loss'] is not None for m in metrics] == [False, True, False, True, True]   # every 2, and the last
     executed = json.loads((tmp/'out.ipynb').read_text())['cells']
     start = next(i for i, c in enumerate(executed) if ''.join(c['source']).startswith('## Run'))
     assert all(c.get('execution_count') is None for c in executed[:start] if c['cell_type'] == 'code')   # no test ran
