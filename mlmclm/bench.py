@@ -32,12 +32,12 @@ from .data import embedded_documents, load_tokenizer, packed_rows, pipeline_thro
 from .vocab import ADAMW, Phase
 from .objectives import (IGNORE, PEAK_FLOPS, PLANNER_GPU, MemoryMeter, adamw, attention_span,
                                chunked_cross_entropy, device_peak_flops, fit_settings, flops_per_token, lm_loss)
-from .packing import (batch_backward, collate_packed, collate_padded, head_loss, micro_batches, pack_rows,
-                            to_device)
+from .packing import collate_packed, collate_padded, head_loss, micro_batches, pack_rows, to_device
 from .pretrain import pretrain, step_batches
-from .runs import pretrain_config
-from .tasks import TASKS
-from .finetune import packed_layout, token_budget
+from .runs import finetune_config, pretrain_config
+from .tasks import TASKS, Task
+from .finetune import (KINDS, RunContext, head_kind, optimizer, packed_layout, run_model, token_budget, train_step,
+                             warmup_steps)
 
 # %% auto #0
 __all__ = ['BENCH_SHAPES', 'SIZES', 'FLOP_CONVENTION', 'FT_BATCH', 'TRAINER_MICRO', 'SMOKE', 'bench_config', 'make_batches',
@@ -593,9 +593,9 @@ def finetune_examples(task: str,  # a sequence-classification task of `mlmclm.ta
                      ) -> list[dict]:
     "`n` training examples in a seeded order, tokenized as the authors' SC harness does: the text, then EOS, no BOS."
     t = TASKS[task]
-    if t.kind != 'sequence':
-        raise ConfigError(f"--finetune {task!r} is a {t.kind!r} task; the Trainer baseline runs sequence "
-                          f"classification tasks: {[k for k, v in TASKS.items() if v.kind == 'sequence']}")
+    if t.family != 'SC':
+        raise ConfigError(f"--finetune {task!r} is a {t.family} task; the Trainer baseline runs sequence "
+                          f"classification tasks: {[k for k, v in TASKS.items() if v.family == 'SC']}")
     train = t.load()['train']
     if len(train) < n: raise ConfigError(f'{task!r} has {len(train)} training examples; {n} are needed (steps × {FT_BATCH})')
     order = np.random.default_rng(seed).permutation(len(train))[:n]
@@ -668,22 +668,26 @@ def _trainer_run(folder: Path, tok, examples: list[dict], lr: float, steps: int,
     return ends
 
 
-def _our_run(folder: Path, tok, examples: list[dict], lr: float, steps: int, device, bf16: bool, side: FinetuneSide,
+def _side_run(side: FinetuneSide, tok, max_length: int, device, bf16: bool) -> RunContext:
+    "The `RunContext` of a fine-tuning run batched as `side` is: its micro-batch limits, packing, rows and backend."
+    cfg = finetune_config(batch_size=FT_BATCH, micro_batch_size=side.max_examples or FT_BATCH, packing=side.packing,
+                          micro_batch_tokens=side.max_tokens, pooling='last', precision='pure_bf16' if bf16 else 'fp32',
+                          feature_cache='off')
+    return RunContext(tok, max_length, device, cfg.precision, cfg, side.max_tokens if side.packing else None,
+                      side.row_tokens, side.attn_backend)
+
+
+def _our_run(folder: Path, task: Task, examples: list[dict], lr: float, steps: int, run: RunContext,
              attn_backend: str) -> list[tuple]:
-    "Train with our `TaskModel` and `batch_backward`; `_clock` at the end of each optimizer step."
-    from transformers import get_linear_schedule_with_warmup
+    "Train as `finetune_run` does (`run_model`, `optimizer`, `train_step`); `_clock` at the end of each optimizer step."
+    kind = KINDS[head_kind(task, run.cfg)]
     seed_everything(0)
-    model = TaskModel(load(folder, attn_backend=side.attn_backend or attn_backend), 'sequence', 2, pooling='last').to(device)
-    if bf16: model.to(torch.bfloat16)   # pure bf16, as the authors' runs
-    opt = adamw(model, lr, fused=True)
-    sched = get_linear_schedule_with_warmup(opt, math.ceil(0.1 * steps), steps)   # HF rounds the warm-up up
+    model = run_model(load(folder, attn_backend=attn_backend), kind, task, run)
+    opt, sched = optimizer(model, lr, steps, warmup_steps(steps, run.cfg.warmup), run.device)   # HF rounds up too
     ends = []
     for s in range(steps):
-        batch_backward(model, 'sequence', examples[s * FT_BATCH:(s + 1) * FT_BATCH], tok.pad_token_id,
-                       side.max_tokens, side.max_examples, side.packing, row_tokens=side.row_tokens)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), ADAMW.grad_clip)
-        opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
-        ends.append(_clock(device))
+        train_step(model, kind, examples[s * FT_BATCH:(s + 1) * FT_BATCH], run, opt, sched)
+        ends.append(_clock(run.device))
     return ends
 
 # %% ../nbs/06_bench.ipynb #6d9500eb
@@ -733,7 +737,8 @@ def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classificati
         for r in range(reps):
             for side in sides[r % len(sides):] + sides[:r % len(sides)]:
                 ends = (_trainer_run(folder, tok, examples, lr, steps, dev, bf16) if side.trainer else
-                        _our_run(folder, tok, examples, lr, steps, dev, bf16, side, backend))
+                        _our_run(folder, TASKS[task], examples, lr, steps, _side_run(side, tok, max_length, dev, bf16),
+                                 backend))
                 times[side.name].append((ends[-1][0] - ends[warmup - 1][0]) / (steps - warmup))
                 cpu[side.name].append((ends[-1][1] - ends[warmup - 1][1]) / (steps - warmup))
                 if progress: print(f'run {r + 1}/{reps} {side.name}: {times[side.name][-1]:.3f} s/step, '

@@ -31,10 +31,10 @@ from .core import (LEASE_S, ConfigError, append_jsonl, atomic_path, atomic_write
                          pick_dtype, project_root, read_json, read_jsonl, seed_everything, write_run_record)
 from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL
 from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir
-from .model import TaskModel, build_model, check_checkpoint, default_backend, layout_of, load, save
+from .model import HEADS, Head, TaskModel, build_model, check_checkpoint, default_backend, layout_of, load, save
 from .data import load_tokenizer, tokenizer_sha
 from .objectives import adamw
-from .packing import batch_backward, collate_packed, collate_padded, micro_batches, unpack_examples, unpack_tokens
+from .packing import HEAD_LOSSES, HeadLoss, batch_backward, collate_packed, collate_padded, micro_batches, unpack_examples, unpack_tokens
 from .tasks import (TASKS, Task, entity_f1, load_task, majority_tag, ndcg_encodeval, ndcg_standard,
                           position_set_f1, resolve_tasks, sentence_macro_f1, squad_em, squad_f1)
 from .results import (StoreWriter, check_checkpoint_name, check_store_path, checkpoint_identity, code_version,
@@ -45,8 +45,9 @@ __all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'TOKENS_PER_GIB', 'FEATURES_MAGIC', '
            'word_of_tokens', 'encode_tokens', 'encode_answer_tokens', 'encode_spans', 'encode_texts',
            'check_finetune_config', 'resolve_precision', 'train_steps', 'warmup_steps', 'token_budget', 'packed_layout',
            'examples_fingerprint', 'feature_cache_dir', 'cached_features', 'encode_pairs', 'RunContext', 'encoders_sha',
-           'top_k_cosine', 'HeadKind', 'head_kind', 'evaluate', 'cap_eval', 'task_model', 'finetune_run',
-           'st_tokenizer', 'save_sentence_transformer', 'recorded_name', 'finetune_sweep']
+           'top_k_cosine', 'HeadKind', 'head_kind', 'evaluate', 'cap_eval', 'task_model', 'run_model', 'optimizer',
+           'optimizer_step', 'train_step', 'finetune_run', 'st_tokenizer', 'save_sentence_transformer', 'recorded_name',
+           'finetune_sweep']
 
 # %% ../nbs/03b_finetune.ipynb #8d3c5f88
 SPECIAL_TOKENS = FINETUNE_OPTIONS['special_tokens'].choices
@@ -56,15 +57,21 @@ def _ids(tok, text: str) -> list[int]:
 
 
 def _bos(tok, special_tokens: str) -> list[int]:
+    "What comes before a text: nothing (`'eos'`), or BOS (`'bos_eos'`, earlier mlmclm); the one reader of the option."
     if special_tokens not in SPECIAL_TOKENS:
         raise ConfigError(f'special_tokens={special_tokens!r}; choose one of {list(SPECIAL_TOKENS)}')
     return [tok.bos_token_id] if special_tokens == 'bos_eos' else []
 
 
+def _frame(seq: list, bos: list, eos, max_length: int) -> list:
+    "`seq` between `bos` (empty, or one item) and `eos`, at most `max_length`: see above for how each format is cut."
+    if not bos: return (seq + [eos])[:max_length]
+    return bos + seq[:max_length - 2] + [eos]
+
+
 def wrap(tok, ids: list[int], max_length: int, special_tokens: str = 'eos') -> list[int]:
-    "A text's ids with its special tokens, at most `max_length` (see above for how each format is cut)."
-    if not _bos(tok, special_tokens): return (ids + [tok.eos_token_id])[:max_length]
-    return [tok.bos_token_id] + ids[:max_length - 2] + [tok.eos_token_id]
+    "A text's ids with its special tokens, at most `max_length`."
+    return _frame(ids, _bos(tok, special_tokens), tok.eos_token_id, max_length)
 
 
 def encode_sequence(examples, tok, max_length: int, special_tokens: str = 'eos') -> list[dict]:
@@ -105,11 +112,10 @@ def encode_tokens(examples, tok, max_length: int, special_tokens: str = 'eos',
     for ex in examples:
         ids, words = (_tag_sentence if label_all else _tag_words)(ex, tok)
         bos = _bos(tok, special_tokens)
-        words = [-1] * len(bos) + (words if not bos else words[:max_length - 2]) + [-1]
-        words = words[:max_length]
+        words = _frame(words, [-1] * len(bos), -1, max_length)   # the special tokens belong to no word
         first = [w >= 0 and (k == 0 or words[k - 1] != w) for k, w in enumerate(words)]
         labels = [ex['tags'][w] if w >= 0 and (label_all or first[k]) else -100 for k, w in enumerate(words)]
-        out.append(dict(input_ids=wrap(tok, ids, max_length, special_tokens), labels=labels, word_ids=words))
+        out.append(dict(input_ids=_frame(ids, bos, tok.eos_token_id, max_length), labels=labels, word_ids=words))
     return out
 
 # %% ../nbs/03b_finetune.ipynb #8eb37fd0
@@ -198,9 +204,11 @@ def train_steps(task: str, n_train: int, cfg: FinetuneConfig) -> int:
     return min(steps, cfg.max_steps) if cfg.max_steps else steps
 
 
-def warmup_steps(steps: int, rule: str = 'ceil') -> int:
+def warmup_steps(steps: int,
+                 warmup: str = 'ceil',   # the option `warmup`: 'ceil', or 'round' (earlier mlmclm)
+                ) -> int:
     "transformers' `ceil(steps * warmup_ratio)` (the float product, as it computes it), or the earlier rounding."
-    if rule == 'ceil': return math.ceil(steps * FINETUNE.warmup_ratio)
+    if warmup == 'ceil': return math.ceil(steps * FINETUNE.warmup_ratio)
     return max(1, round(FINETUNE.warmup_ratio * steps))
 
 # %% ../nbs/03b_finetune.ipynb #80e643af
@@ -401,14 +409,14 @@ class RunContext:
         "`encode()`, the features of `examples`, from the cache when an earlier run of the same inputs wrote them."
         if self.cache is None: return encode()
         return cached_features(self.cache, dict(what=what, tokenizer=self.tokenizer_id, max_length=self.max_length,
-                                                special_tokens=self.cfg.special_tokens, tc_mode=self.cfg.tc_mode,
+                                                special_tokens=self.cfg.special_tokens,
                                                 examples=examples_fingerprint(examples), code=encoders_sha()), encode)
 
 
 @functools.lru_cache(maxsize=None)
 def encoders_sha() -> str:
     "A hash of the source of every function that turns examples into features: a changed encoder misses the cache."
-    fns = (_ids, _bos, wrap, encode_sequence, word_of_tokens, _tag_sentence, _tag_words, encode_tokens, _answer_tokens,
+    fns = (_ids, _bos, _frame, wrap, encode_sequence, word_of_tokens, _tag_sentence, _tag_words, encode_tokens, _answer_tokens,
            encode_answer_tokens, encode_spans, encode_texts, encode_pairs)
     return hashlib.blake2b(''.join(inspect.getsource(f) for f in fns).encode(), digest_size=16).hexdigest()
 
@@ -435,7 +443,7 @@ def _example_outputs(model, feats: list[dict], run: RunContext) -> list:
         chunk = [feats[i] for i in group]
         b = _to(collate_packed(chunk, pad_id, run.row_tokens) if run.cfg.packing else collate_padded(chunk, pad_id), run.device)
         with run.autocast(): out = model(b['input_ids'], b['attention_mask'], b.get('document_ids'), layout=layout_of(b))
-        parts = [_per_example(o.float().cpu(), b, chunk, model.kind in ('token', 'span'))
+        parts = [_per_example(o.float().cpu(), b, chunk, not model.spec.pooled)
                  for o in (out if isinstance(out, tuple) else (out,))]
         for i, *o in zip(group, *parts): outs[i] = tuple(o) if len(o) > 1 else o[0]
     return outs
@@ -459,18 +467,28 @@ def _word_predictions(feature, pred, majority: bool) -> dict:
     return {w: majority_tag(v) if majority else v[0] for w, v in votes.items()}
 
 
-def _eval_token(task, model, examples, run: RunContext) -> dict:
-    encodeval = run.cfg.tc_mode == 'encodeval'
-    feats = run.features('token', examples, lambda: encode_tokens(examples, run.tok, run.max_length, run.cfg.special_tokens,
-                                                                  label_all=encodeval))
+def _tagging(task, model, examples, run: RunContext, what: str, label_all: bool) -> dict:
+    "Tagging scores of `encode_tokens(label_all=...)` features: per-sentence macro-F1 (`scores_i`) and the corpus entity F1."
+    feats = run.features(what, examples, lambda: encode_tokens(examples, run.tok, run.max_length, run.cfg.special_tokens,
+                                                               label_all=label_all))
     true, pred = [], []   # tag ids of the words that kept at least one token
     for n, (f, logits) in enumerate(zip(feats, _example_outputs(model, feats, run))):
-        words = _word_predictions(f, logits.argmax(-1), majority=encodeval)
+        words = _word_predictions(f, logits.argmax(-1), majority=label_all)
         true.append([examples[n]['tags'][w] for w in sorted(words)]); pred.append([words[w] for w in sorted(words)])
     sentence = [sentence_macro_f1(t, p) for t, p in zip(true, pred)]
     entity = entity_f1([[task.labels[i] for i in s] for s in true], [[task.labels[i] for i in s] for s in pred])
-    out = _mean_of(sentence, sentence_f1=float(np.mean(sentence)) if sentence else 0.0, entity_f1=entity)
-    return out if encodeval else dict(out, score=entity)   # seqeval mode: a corpus F1, not the mean of scores_i
+    return _mean_of(sentence, sentence_f1=float(np.mean(sentence)) if sentence else 0.0, entity_f1=entity)
+
+
+def _eval_token(task, model, examples, run: RunContext) -> dict:
+    "EncodEval's tagging: every sub-token labelled, a word's prediction the majority vote; the mean per-sentence macro-F1."
+    return _tagging(task, model, examples, run, 'token', label_all=True)
+
+
+def _eval_first_token(task, model, examples, run: RunContext) -> dict:
+    "`tc_mode='seqeval'` (earlier mlmclm): first sub-tokens only; the score is the corpus entity F1, not the mean of `scores_i`."
+    out = _tagging(task, model, examples, run, 'first_token', label_all=False)
+    return dict(out, score=out['entity_f1'])
 
 
 def _predicted_text(positions: list[int], offsets: list, context: str) -> str:
@@ -558,31 +576,44 @@ def _eval_embedding(task, model, examples, run: RunContext) -> dict:
                     ndcg_encodeval=float(np.mean(encodeval)), ndcg_at_10=float(np.mean(standard)))
 
 # %% ../nbs/03b_finetune.ipynb #ed870538
+def _classes(task: Task) -> int: return max(2, len(task.labels))   # a logit per class or tag name, at least two
+
+
+def _encoder(encode: Callable, **options) -> Callable:
+    "(examples, run) -> features: `encode` with the run's tokenizer, token limit and special tokens."
+    return lambda examples, run: encode(examples, run.tok, run.max_length, run.cfg.special_tokens, **options)
+
+
 @dataclass(frozen=True)
 class HeadKind:
-    "How one head kind trains and is scored."
-    head: str            # the TaskModel head it trains
-    features: Callable   # (examples, run) -> training features
-    evaluate: Callable   # (task, model, examples, run) -> {'score', 'scores_i', second metrics...}
+    "One head kind, whole: its head, how examples become features, its classes, its evaluation, and its earlier form."
+    head: str                      # the `TaskModel` head: a key of `HEADS` (the module) and of `HEAD_LOSSES` (its loss)
+    features: Callable             # (examples, run) -> training features
+    evaluate: Callable             # (task, model, examples, run) -> {'score', 'scores_i', second metrics...}
+    num_labels: Callable = _classes   # (task) -> outputs of the head's linear layer
+    earlier: tuple | None = None   # (option, value, kind): a run with `option=value` trains as the row `kind` instead
+
+    @property
+    def module(self) -> Head: return HEADS[self.head]   # what the head computes
+
+    @property
+    def training(self) -> HeadLoss: return HEAD_LOSSES[self.head]   # its loss, and whether batches are pairs
 
 
 KINDS = {
-    'sequence': HeadKind('sequence', lambda ex, run: encode_sequence(ex, run.tok, run.max_length, run.cfg.special_tokens),
-                         _eval_sequence),
-    'token': HeadKind('token', lambda ex, run: encode_tokens(ex, run.tok, run.max_length, run.cfg.special_tokens,
-                                                             label_all=run.cfg.tc_mode == 'encodeval'),
-                      _eval_token),
-    'answer_tokens': HeadKind('token', lambda ex, run: encode_answer_tokens(ex, run.tok, run.max_length, run.cfg.special_tokens),
-                              _eval_answer_tokens),
-    'span': HeadKind('span', lambda ex, run: encode_spans(ex, run.tok, run.max_length, run.cfg.special_tokens),
-                     _eval_span),
-    'embedding': HeadKind('embedding', lambda ex, run: encode_pairs(ex, run.tok, run.max_length, run.cfg.special_tokens),
-                          _eval_embedding)}
+    'sequence': HeadKind('sequence', _encoder(encode_sequence), _eval_sequence),
+    'token': HeadKind('token', _encoder(encode_tokens), _eval_token, earlier=('tc_mode', 'seqeval', 'first_token')),
+    'first_token': HeadKind('token', _encoder(encode_tokens, label_all=False), _eval_first_token),
+    'answer_tokens': HeadKind('token', _encoder(encode_answer_tokens), _eval_answer_tokens, num_labels=lambda task: 2,
+                              earlier=('qa_mode', 'squad', 'span')),   # EncodEval's QA: in or out of the answer
+    'span': HeadKind('span', _encoder(encode_spans), _eval_span),
+    'embedding': HeadKind('embedding', _encoder(encode_pairs), _eval_embedding)}
 
 
 def head_kind(task: Task, cfg: FinetuneConfig) -> str:
-    "The `KINDS` row a task trains with: QA's depends on `qa_mode`."
-    return 'answer_tokens' if task.kind == 'span' and cfg.qa_mode == 'encodeval' else task.kind
+    "The `KINDS` row `task` trains with: its own (`task.kind`), or the earlier one its row's option swaps in."
+    earlier = KINDS[task.kind].earlier
+    return earlier[2] if earlier and getattr(cfg, earlier[0]) == earlier[1] else task.kind
 
 
 @torch.no_grad()
@@ -618,21 +649,40 @@ def cap_eval(examples, n: int | None):
 
 def task_model(base, kind: HeadKind, task: Task, cfg: FinetuneConfig) -> TaskModel:
     "A fresh head on a copy of `base`, with the run's attention and pooling."
-    num_labels = 2 if kind.head != task.kind else max(2, len(task.labels))   # EncodEval's QA: in or out of the answer
-    extra = {}
-    if 'pooling' in inspect.signature(TaskModel).parameters: extra['pooling'] = cfg.pooling
-    elif cfg.pooling != 'mean':   # until TaskModel takes `pooling` (issue 20); its only pooling is the mean
-        raise ConfigError(f'pooling={cfg.pooling!r} needs a TaskModel with a pooling argument; this one pools the mean')
-    return TaskModel(copy.deepcopy(base), kind.head, num_labels, is_causal=cfg.attention == 'causal', **extra)
+    return TaskModel(copy.deepcopy(base), kind.head, kind.num_labels(task), is_causal=cfg.attention == 'causal',
+                     pooling=cfg.pooling)
 
 
-def _train_step(model, kind: HeadKind, batch: list[dict], run: RunContext, opt, sched) -> float:
-    "One optimizer step on one batch: gradients accumulated over its micro-batches, clipped; returns the batch's loss."
+def run_model(base, kind: HeadKind, task: Task, run: RunContext) -> TaskModel:
+    "The model `finetune_run` trains: `task_model` on the run's device, with its attention backend and number format."
+    model = task_model(base, kind, task, run.cfg).to(run.device)
+    if run.backend: model.config.attn_backend = run.backend   # the copy's config: every layer of it reads this one
+    if run.precision == 'pure_bf16': model.to(torch.bfloat16)   # before AdamW: its states follow the parameters' dtype
+    return model
+
+
+def optimizer(model, lr: float, steps: int,
+              warmup: int,   # steps of linear warmup (`warmup_steps`)
+              device,        # where the model is: AdamW's fused kernel on a GPU
+             ) -> tuple:     # the optimizer and its schedule
+    "AdamW (`ADAMW`) and its linear schedule: up to `lr` in `warmup` steps, then down to 0 at `steps`."
+    from transformers import get_linear_schedule_with_warmup
+    opt = adamw(model, lr, fused=torch.device(device).type == 'cuda')
+    return opt, get_linear_schedule_with_warmup(opt, num_warmup_steps=warmup, num_training_steps=steps)
+
+
+def optimizer_step(model, opt, sched) -> None:
+    "Apply the accumulated gradient: clip its norm to `ADAMW.grad_clip`, step the optimizer and the schedule, clear it."
+    torch.nn.utils.clip_grad_norm_(model.parameters(), ADAMW.grad_clip)
+    opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
+
+
+def train_step(model, kind: HeadKind, batch: list[dict], run: RunContext, opt, sched) -> float:
+    "One optimizer step on one batch: its gradient accumulated micro-batch by micro-batch, then applied; its loss."
     model.train()
     loss = batch_backward(model, kind.head, batch, run.tok.pad_token_id, run.tokens if run.cfg.packing else None,
                           run.cfg.micro_batch_size, run.cfg.packing, run.autocast, run.row_tokens)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), ADAMW.grad_clip)
-    opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
+    optimizer_step(model, opt, sched)
     return loss.item()
 
 
@@ -640,21 +690,23 @@ def _scores(eval_tasks, model, data, split, run: RunContext) -> list[dict]:
     return [evaluate(t, model, cap_eval(data[t.name][split], run.cfg.max_eval_examples), run) for t in eval_tasks]
 
 
-def _train(model, kind, feats, steps, opt, sched, seed, run: RunContext, eval_tasks, data, losses: list) -> int | None:
-    "Train `steps` steps in a seeded order; with `select_step='best'`, restore the best validation weights and return their step."
+def _train(model, kind, feats, steps, opt, sched, seed, run: RunContext, eval_tasks, data, losses: list) -> dict:
+    """Train `steps` steps in a seeded order; the facts of the weights kept: none for the final weights, or with
+    `select_step='best'` (earlier mlmclm) the step of the best validation score, whose weights are restored."""
     cfg, best = run.cfg, (-1.0, None, None)   # validation score, step, weights
     order = np.random.default_rng(seed).permutation(len(feats))
     for step in range(1, steps + 1):
         idx = order[(step - 1) * cfg.batch_size: step * cfg.batch_size]
-        losses.append(_train_step(model, kind, [feats[i] for i in idx], run, opt, sched))
+        losses.append(train_step(model, kind, [feats[i] for i in idx], run, opt, sched))
         if not math.isfinite(losses[-1]):   # as pretraining does: a diverged run stops, it never scores or stores
             raise FloatingPointError(f"fine-tuning loss is {losses[-1]} at step {step} of {steps} (learning rate "
                                      f"{opt.param_groups[0]['lr']:.3g} there): the run diverged and is stopped")
         if cfg.select_step == 'best' and (step % cfg.eval_every == 0 or step == steps):
             score = float(np.mean([s['score'] for s in _scores(eval_tasks, model, data, 'validation', run)]))
             if score > best[0]: best = (score, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
+    if cfg.select_step != 'best': return {}
     if best[2] is not None: model.load_state_dict(best[2])
-    return best[1]
+    return {'best_step': best[1]}
 
 
 def _result_rows(eval_tasks, val, test, run: RunContext, **facts) -> list[dict]:
@@ -683,26 +735,21 @@ def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: 
                  losses: list | None = None,   # each step's training loss is appended here when given
                 ) -> list[dict]:
     "Train on `task`'s training data, validate, test on each of `eval_tasks`; one result dict per evaluated task."
-    from transformers import get_linear_schedule_with_warmup
-    t0, kind = time.perf_counter(), KINDS[head_kind(task, cfg)]
-    run = _run_context(task, tok, cfg)
+    t0, name = time.perf_counter(), head_kind(task, cfg)
+    kind, run = KINDS[name], _run_context(task, tok, cfg)
     seed_everything(seed)
-    model = task_model(base, kind, task, cfg).to(run.device)
-    if run.backend: model.config.attn_backend = run.backend   # the copy's config: every layer of it reads this one
-    if run.precision == 'pure_bf16': model.to(torch.bfloat16)   # before AdamW: its states follow the parameters' dtype
+    model = run_model(base, kind, task, run)
     train = data[task.name]['train']
-    feats = run.features(f'train {head_kind(task, cfg)}', train, lambda: kind.features(train, run))
+    feats = run.features(f'train {name}', train, lambda: kind.features(train, run))
     if not feats: raise ConfigError(f'task {task.name!r} has no training examples')
     steps = train_steps(task.name, len(feats), cfg)
     warmup = warmup_steps(steps, cfg.warmup)
-    opt = adamw(model, lr, fused=run.device.type == 'cuda')
-    sched = get_linear_schedule_with_warmup(opt, num_warmup_steps=warmup, num_training_steps=steps)
-    best_step = _train(model, kind, feats, steps, opt, sched, seed, run, eval_tasks, data, [] if losses is None else losses)
+    opt, sched = optimizer(model, lr, steps, warmup, run.device)
+    kept = _train(model, kind, feats, steps, opt, sched, seed, run, eval_tasks, data, [] if losses is None else losses)
     val, test = (_scores(eval_tasks, model, data, s, run) for s in ('validation', 'test'))
-    facts = dict(steps=steps, warmup_steps=warmup, **({'best_step': best_step} if cfg.select_step == 'best' else {}))
-    rows = _result_rows(eval_tasks, val, test, run, **facts)
+    rows = _result_rows(eval_tasks, val, test, run, steps=steps, warmup_steps=warmup, **kept)
     for r in rows: r['wall_time_s'] = round(time.perf_counter() - t0, 2)
-    if cfg.save_retriever and task.kind == 'embedding':
+    if cfg.save_retriever and kind.module.embeds:
         save_sentence_transformer(model, tok, Path(cfg.save_retriever)/f'{task.name}-lr{lr:g}-sd{seed}', run.max_length,
                                   cfg.special_tokens)
     return rows

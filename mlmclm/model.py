@@ -26,11 +26,11 @@ from transformers import LlamaForCausalLM
 from .core import ConfigError, atomic_path, atomic_write_json, build_config, param, pick_dtype
 
 # %% auto #0
-__all__ = ['MODEL_SIZES', 'HALF', 'HEAD_KINDS', 'POOLINGS', 'SUPPORTED_MODEL_TYPES', 'ModelConfig', 'model_config', 'RMSNorm',
-           'MLP', 'Rotary', 'rotate_half', 'apply_rope', 'allowed_attention', 'varlen_layout', 'host_layout',
-           'layout_of', 'reference_varlen', 'varlen_kernel', 'attention_kernel', 'default_backend', 'sdpa_inputs',
-           'Attention', 'Block', 'document_positions', 'unpad', 'repad', 'Body', 'Output', 'Transformer', 'build_model',
-           'mean_pool', 'pool', 'pool_padded', 'real_tokens', 'TaskModel', 'compile_blocks', 'HostSyncs',
+__all__ = ['MODEL_SIZES', 'HALF', 'POOLINGS', 'HEADS', 'SUPPORTED_MODEL_TYPES', 'ModelConfig', 'model_config', 'RMSNorm', 'MLP',
+           'Rotary', 'rotate_half', 'apply_rope', 'allowed_attention', 'varlen_layout', 'host_layout', 'layout_of',
+           'reference_varlen', 'varlen_kernel', 'attention_kernel', 'default_backend', 'sdpa_inputs', 'Attention',
+           'Block', 'document_positions', 'unpad', 'repad', 'Body', 'Output', 'Transformer', 'build_model', 'mean_pool',
+           'pool', 'pool_padded', 'real_tokens', 'Head', 'TaskModel', 'compile_blocks', 'HostSyncs',
            'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder', 'check_checkpoint', 'load',
            'parity_error', 'LlamaForMaskedLM', 'register_with_transformers']
 
@@ -464,7 +464,6 @@ def build_model(size: str | ModelConfig = 'tiny',  # a key of `MODEL_SIZES` or a
     return Transformer(model_config(size, **overrides))
 
 # %% ../nbs/01_model.ipynb #3e027cab
-HEAD_KINDS = ('sequence', 'token', 'span', 'embedding')
 POOLINGS = ('mean', 'last', 'first')
 
 def mean_pool(h: torch.Tensor,              # (B, T, hidden)
@@ -515,22 +514,43 @@ def real_tokens(h: torch.Tensor,   # (B, T, hidden)
     return flat if layout['indices'] is None else flat.index_select(0, layout['indices'])
 
 # %% ../nbs/01_model.ipynb #2415e8a3
+@dataclass(frozen=True)
+class Head:
+    "What one fine-tuning head makes of the body's hidden states."
+    pooled: bool                 # one vector per example (`pool`), else one output per real token
+    outputs: int | None = None   # outputs of its linear layer: None, `num_labels`; 0, no layer (the vector is the output)
+    split: bool = False          # the outputs' last axis comes apart into tensors of their own (start, end)
+
+    @property
+    def embeds(self) -> bool: return self.outputs == 0   # its output is an embedding, not logits
+
+
+HEADS = {   # every head `TaskModel` builds, by name
+    'sequence': Head(pooled=True),                          # logits per example
+    'token': Head(pooled=False),                            # logits per token
+    'span': Head(pooled=False, outputs=2, split=True),      # start and end logits per token (extractive QA)
+    'embedding': Head(pooled=True, outputs=0)}              # one vector per example (retrieval)
+
+
 class TaskModel(nn.Module):
-    "A `Transformer` body with a fine-tuning head: 'sequence', 'token', 'span' (QA) or 'embedding' (retrieval)."
+    "A `Transformer` body with a fine-tuning head, a row of `HEADS`: 'sequence', 'token', 'span' (QA) or 'embedding' (retrieval)."
     def __init__(self, base: Transformer,
-                 kind: str,              # one of HEAD_KINDS
+                 kind: str,              # its head: a key of HEADS
                  num_labels: int = 2,    # classes for 'sequence'/'token'; ignored otherwise
                  is_causal: bool = False,  # attention mode while fine-tuning (bidirectional in the paper)
                  pooling: str = 'mean'):   # 'sequence'/'embedding': one of POOLINGS
         super().__init__()
-        if kind not in HEAD_KINDS: raise ConfigError(f'unknown head kind {kind!r}; choose one of {list(HEAD_KINDS)}')
+        if kind not in HEADS: raise ConfigError(f'unknown head kind {kind!r}; choose one of {list(HEADS)}')
         if pooling not in POOLINGS: raise ConfigError(f'unknown pooling {pooling!r}; choose one of {list(POOLINGS)}')
         self.kind, self.is_causal, self.pooling, self.config = kind, is_causal, pooling, base.config
         self.model = base.model          # the body only: the LM head is not needed to fine-tune
-        out = {'sequence': num_labels, 'token': num_labels, 'span': 2, 'embedding': 0}[kind]
+        out = num_labels if self.spec.outputs is None else self.spec.outputs
         self.head = nn.Linear(self.config.hidden_size, out) if out else None
         if self.head is not None:
             nn.init.normal_(self.head.weight, std=self.config.initializer_range); nn.init.zeros_(self.head.bias)
+
+    @property
+    def spec(self) -> Head: return HEADS[self.kind]   # what its head computes
 
     def forward(self,
                 input_ids: torch.Tensor,                     # (B, T)
@@ -544,12 +564,11 @@ class TaskModel(nn.Module):
         packed = document_ids is not None
         if packed and layout is None: layout = varlen_layout(*input_ids.shape, attention_mask, document_ids)
         h = self.model(input_ids, attention_mask, self.is_causal, document_ids, layout=layout)   # (B, T, hidden)
-        if self.kind in ('token', 'span'):
-            out = self.head(real_tokens(h, layout) if packed else h)   # (n_tokens or B, [T,] num_labels or 2)
-            return out if self.kind == 'token' else out.unbind(-1)
-        pooled = (pool(real_tokens(h, layout), layout['cu_seqlens'], self.pooling) if packed
-                  else pool_padded(h, attention_mask, self.pooling))                    # (n_examples or B, hidden)
-        return pooled if self.kind == 'embedding' else self.head(pooled)
+        if self.spec.pooled: h = (pool(real_tokens(h, layout), layout['cu_seqlens'], self.pooling) if packed
+                                  else pool_padded(h, attention_mask, self.pooling))    # (n_examples or B, hidden)
+        elif packed: h = real_tokens(h, layout)                                         # (n_tokens, hidden)
+        out = h if self.head is None else self.head(h)   # (..., num_labels or 2), or the pooled vectors themselves
+        return out.unbind(-1) if self.spec.split else out
 
 # %% ../nbs/01_model.ipynb #b9b0bb10
 def compile_blocks(model: nn.Module,  # a `Transformer` or `TaskModel` (its blocks are `model.model.layers`)

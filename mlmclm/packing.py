@@ -13,13 +13,14 @@ import torch
 import torch.nn.functional as F
 
 from .core import ConfigError
-from .model import HEAD_KINDS, layout_of
+from .model import layout_of
 from .objectives import IGNORE
 
 # %% auto #0
-__all__ = ['PACK_STRATEGIES', 'pack_rows', 'collate_packed', 'collate_padded', 'to_device', 'unpack_examples', 'unpack_tokens',
-           'token_rows', 'head_loss', 'MicroBatch', 'example_tokens', 'loss_terms', 'micro_batches', 'embed',
-           'cached_infonce', 'batch_backward']
+__all__ = ['PACK_STRATEGIES', 'HEAD_LOSSES', 'pack_rows', 'collate_packed', 'collate_padded', 'to_device', 'unpack_examples',
+           'unpack_tokens', 'token_rows', 'sequence_loss', 'token_loss', 'span_loss', 'infonce', 'HeadLoss',
+           'head_loss', 'MicroBatch', 'example_tokens', 'loss_terms', 'micro_batches', 'embed', 'cached_infonce',
+           'batch_backward']
 
 # %% ../nbs/01c_packing.ipynb #e09832b9
 PACK_STRATEGIES = ('sequential', 'first-fit')
@@ -132,19 +133,65 @@ def _span_rows(logits: torch.Tensor, batch: dict) -> torch.Tensor:
     return logits.masked_fill(~batch['attention_mask'].bool(), float('-inf'))
 
 
-def head_loss(kind: str,    # 'sequence', 'token' or 'span' ('embedding': `cached_infonce`)
+def sequence_loss(out: torch.Tensor,  # (n_examples, num_labels) logits
+                  batch: dict,        # its `label`: (n_examples,)
+                 ) -> torch.Tensor:
+    "One label per example: the mean cross-entropy over the examples."
+    return F.cross_entropy(out.float(), batch['label'])
+
+
+def token_loss(out: torch.Tensor,  # (n_tokens, num_labels) packed, or (B, T, num_labels) padded
+               batch: dict,        # its `labels`, one per token (-100: not trained)
+              ) -> torch.Tensor:
+    "A label per token: the mean cross-entropy over the labelled tokens."
+    return F.cross_entropy(out.float().flatten(0, -2), batch['labels'].flatten(), ignore_index=IGNORE)
+
+
+def span_loss(out: tuple,    # start and end logits, `(n_tokens,)` packed or `(B, T)` padded
+              batch: dict,   # its `start` and `end` positions, one each per example
+             ) -> torch.Tensor:
+    "A start and an end per example: the mean of their cross-entropies, each over the example's own positions."
+    start, end = (_span_rows(t.float(), batch) for t in out)
+    return (F.cross_entropy(start, batch['start']) + F.cross_entropy(end, batch['end'])) / 2
+
+
+def infonce(q: torch.Tensor,   # (n_queries, hidden) query embeddings
+            d: torch.Tensor,   # (n_passages, hidden) passage embeddings; query i's positive is passage i
+            scale: float,      # multiplies the cosine similarities
+           ) -> torch.Tensor:
+    "Mean cross-entropy of each query against every passage of the batch, cosine × `scale`, its own passage the target."
+    scores = scale * F.normalize(q.float(), dim=-1) @ F.normalize(d.float(), dim=-1).T   # (n_queries, n_passages)
+    return F.cross_entropy(scores, torch.arange(len(q), device=q.device))
+
+
+@dataclass(frozen=True)
+class HeadLoss:
+    "How one head of `mlmclm.model.HEADS` trains: its loss, and how a batch's features reach it."
+    loss: Callable        # (outputs, collated batch) -> a micro-batch's mean loss; pairs: (queries, passages, scale) -> loss
+    pairs: bool = False   # features are (query, passage) pairs scored together (`cached_infonce`), not examples
+
+
+HEAD_LOSSES = {   # keyed like `mlmclm.model.HEADS`
+    'sequence': HeadLoss(sequence_loss),
+    'token': HeadLoss(token_loss),
+    'span': HeadLoss(span_loss),
+    'embedding': HeadLoss(infonce, pairs=True)}
+
+
+def _loss_of(kind: str) -> HeadLoss:
+    if kind not in HEAD_LOSSES: raise ConfigError(f'unknown head kind {kind!r}; choose one of {list(HEAD_LOSSES)}')
+    return HEAD_LOSSES[kind]
+
+
+def head_loss(kind: str,    # the model's head: a key of HEAD_LOSSES whose row is not `pairs`
               model,        # a `TaskModel` of that kind
               batch: dict,  # from `collate_packed` or `collate_padded`, on the model's device
              ) -> torch.Tensor:
     "The micro-batch's mean loss: per example ('sequence', 'span') or per labelled token ('token')."
+    if (row := _loss_of(kind)).pairs:
+        raise ConfigError(f'{kind!r} trains with cached_infonce: its loss spans the whole batch, not one micro-batch')
     out = model(batch['input_ids'], batch['attention_mask'], batch.get('document_ids'), layout=layout_of(batch))
-    if kind == 'sequence': return F.cross_entropy(out.float(), batch['label'])
-    if kind == 'token': return F.cross_entropy(out.float().flatten(0, -2), batch['labels'].flatten(), ignore_index=IGNORE)
-    if kind == 'span':
-        start, end = (_span_rows(t.float(), batch) for t in out)
-        return (F.cross_entropy(start, batch['start']) + F.cross_entropy(end, batch['end'])) / 2
-    raise ConfigError(f'head_loss takes kind in {list(HEAD_KINDS[:3])}, not {kind!r}; '
-                      f"'embedding' trains with cached_infonce")
+    return row.loss(out, batch)
 
 # %% ../nbs/01c_packing.ipynb #73fbb1af
 @dataclass(frozen=True)
@@ -203,12 +250,6 @@ def embed(model,                        # a `TaskModel` of kind 'embedding'
     return unpack_examples(out, b['order']) if packing else out
 
 
-def _infonce(q: torch.Tensor, d: torch.Tensor, scale: float) -> torch.Tensor:
-    "Mean cross-entropy of each query against every passage of the batch, cosine × `scale`, its own passage the target."
-    scores = scale * F.normalize(q.float(), dim=-1) @ F.normalize(d.float(), dim=-1).T   # (n_queries, n_passages)
-    return F.cross_entropy(scores, torch.arange(len(q), device=q.device))
-
-
 def cached_infonce(model, queries: list[dict], passages: list[dict],   # query i's positive is passage i
                    pad_id: int,
                    max_tokens: int | None = None,     # micro-batch limits (see `micro_batches`)
@@ -223,11 +264,11 @@ def cached_infonce(model, queries: list[dict], passages: list[dict],   # query i
     splits = [micro_batches(t, max_tokens, max_examples, padded=not packing) for t in texts]
     run = lambda t, mb: embed(model, [t[i] for i in mb.indices], pad_id, packing, row_tokens)
     if all(len(s) == 1 for s in splits):                                   # it all fits: no cache needed
-        with autocast(): loss = _infonce(*(run(t, s[0]) for t, s in zip(texts, splits)), scale)
+        with autocast(): loss = infonce(*(run(t, s[0]) for t, s in zip(texts, splits)), scale)
         loss.backward(); return loss.detach()
     with torch.no_grad(), autocast():                                      # (1) embeddings, no graph
         reps = [torch.cat([run(t, mb) for mb in s]).float().requires_grad_() for t, s in zip(texts, splits)]
-    loss = _infonce(*reps, scale); loss.backward()                         # (2) d loss / d embeddings
+    loss = infonce(*reps, scale); loss.backward()                         # (2) d loss / d embeddings
     for t, s, rep in zip(texts, splits, reps):                             # (3) replay with gradients
         at = 0
         for mb in s:
@@ -237,7 +278,7 @@ def cached_infonce(model, queries: list[dict], passages: list[dict],   # query i
 
 # %% ../nbs/01c_packing.ipynb #c40863c0
 def batch_backward(model,                   # a `TaskModel`
-                   kind: str,               # its head kind
+                   kind: str,               # its head: a key of HEAD_LOSSES
                    features: list[dict],    # one optimizer batch, in order (retrieval: pairs {'q': ..., 'd': ...})
                    pad_id: int,
                    max_tokens: int | None = None,    # tokens per micro-batch (None: no token limit)
@@ -247,7 +288,7 @@ def batch_backward(model,                   # a `TaskModel`
                    row_tokens: int | None = None,    # packed: tokens per row (None: one row per micro-batch)
                   ) -> torch.Tensor:        # the batch's loss (detached)
     "Accumulate the gradient of one optimizer batch's loss, micro-batch by micro-batch."
-    if kind == 'embedding':
+    if _loss_of(kind).pairs:   # retrieval: in-batch negatives couple the whole batch
         return cached_infonce(model, [f['q'] for f in features], [f['d'] for f in features], pad_id, max_tokens,
                               max_examples, packing, autocast=autocast, row_tokens=row_tokens)
     device = _device(model); total = torch.zeros((), device=device)

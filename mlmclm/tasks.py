@@ -358,7 +358,7 @@ DATA_SOURCES = ('encodeval', 'canonical')
 class Task:
     name: str
     family: str                      # 'SC', 'TC', 'QA', 'IR'
-    kind: str                        # TaskModel head: 'sequence', 'token', 'span', 'embedding'
+    kind: str                        # its head kind under the paper's protocol: a row of `mlmclm.finetune.KINDS`
     load: Callable                   # () -> {'train': [...], 'validation': [...], 'test': [...]}: the authors' source
     labels: tuple = ()               # class or tag names (SC, TC)
     max_length: int = FINETUNE.max_length   # round(0.99 x 2048) = 2028, as EncodEval's EvalConfig
@@ -537,9 +537,9 @@ TASKS: dict[str, Task] = {t.name: t for t in [
          canonical=_tagging('tner/ontonotes5', tags_column='tags')),
     Task('uner_en', 'TC', 'token', _tagging('hgissbkh/uner_en'), UNER_TAGS,
          canonical=_tagging('universalner/universal_ner', 'en_ewt')),
-    Task('squad', 'QA', 'span', _squad('rajpurkar/squad')),
-    Task('squad_v2', 'QA', 'span', _squad('rajpurkar/squad_v2')),
-    Task('record', 'QA', 'span', _squad('hgissbkh/record'), canonical=_record_superglue),
+    Task('squad', 'QA', 'answer_tokens', _squad('rajpurkar/squad')),
+    Task('squad_v2', 'QA', 'answer_tokens', _squad('rajpurkar/squad_v2')),
+    Task('record', 'QA', 'answer_tokens', _squad('hgissbkh/record'), canonical=_record_superglue),
     Task('msmarco_pairs', 'IR', 'embedding', _pairs('hgissbkh/msmarco-pairs'),
          canonical=_pairs('sentence-transformers/msmarco-co-condenser-margin-mse-sym-mnrl-mean-v1', 'triplet')),
     Task('msmarco', 'IR', 'embedding', _beir('msmarco'), train_on=TRAIN_ON['msmarco'],
@@ -552,10 +552,10 @@ TASKS: dict[str, Task] = {t.name: t for t in [
     # Shakespeare), then the earlier stand-ins, kept for comparison
     Task('rt_sentiment', 'SC', 'sequence', embedded_sentiment, ('rotten', 'fresh'), max_length=128),
     Task('corpus_names', 'TC', 'token', corpus_names, NAME_TAGS, max_length=128),
-    Task('corpus_speaker', 'QA', 'span', corpus_speaker, max_length=192),
+    Task('corpus_speaker', 'QA', 'answer_tokens', corpus_speaker, max_length=192),
     Task('corpus_excerpt', 'IR', 'embedding', corpus_excerpt, max_length=128),
     Task('tweet_ner', 'TC', 'token', embedded_ner, tuple(TWEET_TAGS), max_length=128),
-    Task('corpus_cloze', 'QA', 'span', embedded_cloze, max_length=192),
+    Task('corpus_cloze', 'QA', 'answer_tokens', embedded_cloze, max_length=192),
     Task('corpus_retrieval', 'IR', 'embedding', embedded_retrieval, max_length=128),
 ]}
 def resolve_tasks(spec: str) -> list[str]:

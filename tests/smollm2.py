@@ -57,18 +57,17 @@ def smollm2_llama_folder(root: str | Path | None = None) -> Path:
 def transformers_classifier_accuracy(folder: Path, train: list[dict], test: list[dict], steps: int, lr: float,
                                      batch_size: int, seed: int = 0) -> float:
     """Test accuracy of plain `transformers.AutoModelForSequenceClassification` (causal attention, last-token pooling)
-    fine-tuned on the same features, in the same order, with the same optimizer and schedule as `finetune_run`.
+    fine-tuned on the same features, in the same order, with the same optimizer, schedule and optimizer step as
+    `finetune_run` (`mlmclm.finetune.optimizer`, `optimizer_step`).
 
     `train`/`test` are `encode_sequence` features (`input_ids` ending with EOS, `label`). The classifier pools the last
     token that is not `pad_token_id`; the tokenizer's pad is EOS, which would make it pool the token before our EOS,
     so batches are padded with an id that never occurs in the features instead, and it pools EOS as ours does. The
     classifier's weights start as `TaskModel`'s head does for the same seed, so the two runs differ only in the code
     that computes them (and in our head's bias, which starts at 0)."""
-    from transformers import AutoModelForSequenceClassification, get_linear_schedule_with_warmup
-    from mlmclm.finetune import warmup_steps
+    from transformers import AutoModelForSequenceClassification
+    from mlmclm.finetune import optimizer, optimizer_step, warmup_steps
     from mlmclm.packing import collate_padded as pad
-    from mlmclm.objectives import adamw
-    from mlmclm.vocab import ADAMW
     seen = {i for f in train + test for i in f['input_ids']}
     pad_id = next(i for i in range(10_000) if i not in seen)
     model = AutoModelForSequenceClassification.from_pretrained(str(folder), num_labels=2, dtype=torch.float32)
@@ -77,15 +76,13 @@ def transformers_classifier_accuracy(folder: Path, train: list[dict], test: list
     head = torch.nn.Linear(model.config.hidden_size, 2)
     torch.nn.init.normal_(head.weight, std=model.config.initializer_range)
     with torch.no_grad(): model.score.weight.copy_(head.weight)
-    opt = adamw(model, lr)
-    sched = get_linear_schedule_with_warmup(opt, num_warmup_steps=warmup_steps(steps), num_training_steps=steps)
+    opt, sched = optimizer(model, lr, steps, warmup_steps(steps), 'cpu')   # as `finetune_run` builds them
     order = np.random.default_rng(seed).permutation(len(train))
     model.train()
     for step in range(steps):
         batch = pad([train[i] for i in order[step * batch_size:(step + 1) * batch_size]], pad_id)
         model(input_ids=batch['input_ids'], attention_mask=batch['attention_mask'], labels=batch['label']).loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), ADAMW.grad_clip)
-        opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
+        optimizer_step(model, opt, sched)                                 # `train_step`'s clip and step
     model.eval()
     right = 0
     with torch.no_grad():

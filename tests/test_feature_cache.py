@@ -13,7 +13,7 @@ from mlmclm.tasks import TASKS
 CASES = {   # id: (task, the KINDS row, options)
     'SC': ('rt_sentiment', 'sequence', {}),
     'TC encodeval': ('tweet_ner', 'token', {}),
-    'TC seqeval': ('tweet_ner', 'token', dict(tc_mode='seqeval')),
+    'TC seqeval': ('tweet_ner', 'first_token', {}),
     'QA tokens': ('corpus_cloze', 'answer_tokens', {}),
     'QA spans': ('corpus_cloze', 'span', dict(qa_mode='squad')),
     'IR pairs': ('corpus_retrieval', 'embedding', {}),
