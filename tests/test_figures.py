@@ -337,7 +337,7 @@ def demo_drawn():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(figures, 'save_figure', lambda fig, folder, name, close=True: figs.__setitem__(name, fig) or [])
         mp.setattr(figures, 'write_table', lambda *a, **k: [])
-        render_all(read_results(DEMO/'results.csv'), DEMO/'unused', 'demo', cpt_loss=pd.read_csv(DEMO/'cpt_loss.csv'))
+        render_all(read_results(REFERENCE/'results.csv'), DEMO/'unused', 'demo', cpt_loss=pd.read_csv(REFERENCE/'cpt_loss.csv'))
     yield figs
     plt.close('all')
 
