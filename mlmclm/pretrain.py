@@ -29,17 +29,17 @@ from .core import (ClaimHeld, ConfigError, append_jsonl, atomic_write_json, atom
                          write_run_record)
 from .vocab import AdamW, Phase, parse_schedule, phase_at, switch_steps
 from .runs import PretrainConfig, grad_accum, pretrain_config, pretrain_run
-from .model import (Transformer, build_model, check_checkpoint, config_from_hf, default_backend, load, model_config,
-                          save)
-from .data import EMBEDDED_SOURCES, TokenStore, load_tokenizer, open_store
-from .objectives import adamw, device_peak_flops, flops_per_token, lm_loss, make_batch, wsd_schedule
+from .sizes import FLOP_CONVENTION, flops_per_token, model_config
+from .corpus import EMBEDDED_SOURCES
+from .model import Transformer, build_model, check_checkpoint, config_from_hf, default_backend, load, save
+from .data import TokenStore, load_tokenizer, open_store
+from .objectives import adamw, device_peak_flops, lm_loss, make_batch, wsd_schedule
 
 # %% auto #0
-__all__ = ['COMPLETE', 'STATE_MANIFEST', 'STATE_CHECKSUMS', 'FLOP_CONVENTION', 'resolve_phases', 'check_pretrain_config',
-           'step_batches', 'prefetched', 'recover_swaps', 'state_folder', 'save_training_state', 'load_training_state',
-           'StateError', 'seal_state', 'check_state', 'TrainState', 'Run', 'setup', 'batch_stream', 'train_step',
-           'Throughput', 'log_metrics', 'keep_checkpoint', 'save_if_due', 'pretrain', 'command_config', 'main',
-           'loss_figure']
+__all__ = ['COMPLETE', 'STATE_MANIFEST', 'STATE_CHECKSUMS', 'resolve_phases', 'check_pretrain_config', 'step_batches',
+           'prefetched', 'recover_swaps', 'state_folder', 'save_training_state', 'load_training_state', 'StateError',
+           'seal_state', 'check_state', 'TrainState', 'Run', 'setup', 'batch_stream', 'train_step', 'Throughput',
+           'log_metrics', 'keep_checkpoint', 'save_if_due', 'pretrain', 'command_config', 'main', 'loss_figure']
 
 # %% ../nbs/02_pretrain.ipynb #7dbd8cd7
 def resolve_phases(cfg: PretrainConfig) -> list[Phase]:
@@ -718,8 +718,6 @@ class Throughput:
         self.t, self.tokens = now, tokens_seen
         return tps
 
-
-FLOP_CONVENTION = '6N (head incl., embeddings excl.) + 12*L*T*d_attn per token'
 
 def log_metrics(run: Run, state: TrainState, phase_index: int, phase: Phase, loss: float, lr: float,
                 throughput: Throughput) -> dict | None:

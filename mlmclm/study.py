@@ -22,13 +22,11 @@ from pathlib import Path
 
 from .core import HOST, LEASE_S, ClaimHeld, ConfigError, atomic_write_text, project_root, read_json, read_jsonl
 from .vocab import (CONTROL, FINETUNE, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN,
-                          PROTOCOL_AXES, EMBEDDED_TASKS, Phase, RunName, describe_checkpoint, paper_experiments,
-                          parse_run_name, run_name)
+                          PROTOCOL_AXES, EMBEDDED_TASKS, RunName, paper_experiments, parse_run_name)
 from .runs import (FinetuneConfig, FinetuneRun, PretrainRun, claim_status, finetune_grid, finetune_runs,
                          grad_accum, pretrain_config, work_claim_path)
 from .results import missing
-from .model import MODEL_SIZES, model_config
-from .objectives import flops_per_token
+from .sizes import MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU, flops_per_token, model_config
 
 # %% auto #0
 __all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERMEDIATE', 'ABLATION_CHECKPOINTS', 'PRESETS',
@@ -207,7 +205,7 @@ def paper_plan(intermediate: str = 'all',   # 'all' (the authors' grid) or 'one-
 # %% ../nbs/04_study.ipynb #ba4fc2ab
 @dataclass
 class Costs:
-    peak_flops: float = 989e12            # dense bf16 peak of the GPU (H100 SXM)
+    peak_flops: float = PEAK_FLOPS[PLANNER_GPU].flops   # dense bf16 peak of the GPU (H100 SXM)
     mfu: float = 0.40                     # sustained model-FLOPs utilisation assumed
     tokens_per_step: int = PRETRAIN.global_batch * PRETRAIN.seq_len   # the paper's batch
     seq_len: int = PRETRAIN.seq_len
