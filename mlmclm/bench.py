@@ -33,8 +33,8 @@ from .sizes import (ATTN_BACKENDS, FLOP_CONVENTION, LLAMA3_VOCAB_SIZE, MODEL_SIZ
 from .model import (HostSyncs, TaskModel, Transformer, attention_kernel, build_model, compile_blocks, config_from_hf,
                           default_backend, load, mean_pool, save, to_llama_config_dict)
 from .data import TokenStore, build_store, load_tokenizer, packed_rows, pipeline_throughput, tokenize
-from .objectives import (IGNORE, MemoryMeter, adamw, attention_span, chunked_cross_entropy, device_peak_flops,
-                               lm_loss)
+from .objectives import (IGNORE, MEASURED, MemoryMeter, adamw, attention_span, chunked_cross_entropy,
+                               device_peak_flops, lm_loss)
 from .packing import (batch_backward, collate_packed, collate_padded, head_loss, micro_batches, pack_rows,
                             to_device)
 from .pretrain import pretrain, step_batches
@@ -778,7 +778,7 @@ def _smoke_pretrain(dev, size: str, batch: int, seq_len: int, folder: Path) -> d
     cuda = dev.type == 'cuda'
     backend, vocab = default_backend(dev), len(load_tokenizer('embedded'))
     fit = fit_settings(model_config(size, vocab_size=vocab), processes=1, micro_batch=batch, seq_len=seq_len,
-                       bf16=cuda, attn_backend=backend)
+                       bf16=cuda, attn_backend=backend, **MEASURED)
     cfg = pretrain_config(**dict(size=size, schedule='mlm', total_steps=3, seq_len=seq_len, batch_size=batch,
                                             warmup_steps=1, decay_steps=1, checkpoint_steps='', save_every=3, log_every=1,
                                             progress=False, prefetch=0, out_dir=str(folder), device=str(dev),

@@ -29,11 +29,12 @@ from .core import (ClaimHeld, ConfigError, append_jsonl, atomic_write_json, atom
                          write_run_record)
 from .vocab import AdamW, Phase, parse_schedule, phase_at, switch_steps
 from .runs import PretrainConfig, grad_accum, pretrain_config, pretrain_run
-from .sizes import FLOP_CONVENTION, flops_per_token, model_config
+from .sizes import FLOP_CONVENTION, flops_per_token, memory_estimate, memory_line, model_config
 from .corpus import EMBEDDED_SOURCES
-from .model import Transformer, build_model, check_checkpoint, config_from_hf, default_backend, load, save
+from .model import (Transformer, attention_kernel, build_model, check_checkpoint, compile_blocks, config_from_hf,
+                          default_backend, load, save)
 from .data import TokenStore, load_tokenizer, open_store
-from .objectives import adamw, device_peak_flops, lm_loss, make_batch, wsd_schedule
+from .objectives import MEASURED, adamw, attention_span, device_peak_flops, lm_loss, make_batch, wsd_schedule
 
 # %% auto #0
 __all__ = ['COMPLETE', 'STATE_MANIFEST', 'STATE_CHECKSUMS', 'resolve_phases', 'check_pretrain_config', 'step_batches',
@@ -337,7 +338,7 @@ def _read_checksums(folder: Path) -> dict | str:
     if not path.is_file():
         return (f'it has no {STATE_MANIFEST} (states written before mlmclm checked them have none), so its files cannot '
                 f'be checked, and reading them would unpickle them. If you wrote it and nobody else could have changed '
-                f'it, seal it first: python -c "from mlmclm.pretrain import seal_state; seal_state(\'{folder}\')"')
+                f'it, seal it first: python -m mlmclm.pretrain seal-state {folder}')
     try: m = json.loads(path.read_bytes())
     except (OSError, ValueError) as e: return f'{path} is not readable JSON ({e})'
     files = m.get('files') if isinstance(m, dict) and m.get('format') == STATE_CHECKSUMS else None
@@ -449,6 +450,7 @@ class Run:
     data_offset: int = 0     # the store token where row 0 of this run begins
     grad_accum: int = 1      # micro-batches per step and process (`mlmclm.runs.grad_accum`)
     claim: object = None     # the main process's claim on the run (`mlmclm.core.Claim`), held while it trains
+    memory: dict | None = None   # the estimated peak memory of one process (`mlmclm.sizes.memory_estimate`)
 
     @property
     def state_dir(self) -> Path: return self.folder/'state'
@@ -493,7 +495,9 @@ def _accelerator(cfg: PretrainConfig):
     bf16 = pick_dtype(device) == torch.bfloat16
     kw = dict(cpu=device.type == 'cpu', mixed_precision='bf16' if bf16 else 'no',
               log_with='tensorboard' if cfg.tensorboard else None)
-    if not cfg.fsdp: return Accelerator(**kw)
+    if not cfg.fsdp:   # DDP's gradients live in its buckets: no second fp32 copy of every gradient
+        from accelerate.utils import DistributedDataParallelKwargs
+        return Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(gradient_as_bucket_view=True)], **kw)
     plugin = _fsdp_plugin(bf16)
     acc = Accelerator(fsdp_plugin=plugin, **kw)
     if acc.num_processes > 1 and not acc.is_fsdp2: _fsdp_on_cpu(acc, plugin)
@@ -615,7 +619,7 @@ def _record(run: Run, state: TrainState, why: str, history: list, replaced: dict
                      phases=[dataclasses.asdict(p) for p in run.phases], tokenizer=run.tokenizer.name_or_path,
                      attn_backend=run.backend, flops_per_token=flops_per_token(run.raw_model.config, run.cfg.seq_len),
                      resumed_at=state.step, data=_data_record(run, why), ran_on=ran_on, batch=batch, recovered=repairs,
-                     **extra)
+                     attention=attention_kernel(run.backend, run.acc.device), memory_estimate=run.memory, **extra)
 
 # %% ../nbs/02_pretrain.ipynb #b1786a09
 def _resume(run: Run) -> tuple[TrainState, dict | None]:
@@ -647,6 +651,23 @@ def setup(cfg: PretrainConfig,  # a checked config (`mlmclm.runs.pretrain_config
         raise
 
 
+def _compiles(cfg: PretrainConfig, device) -> bool:
+    "Whether the run compiles its blocks: as `compile` says, or on CUDA when it says nothing."
+    return cfg.compile if cfg.compile is not None else torch.device(device).type == 'cuda'
+
+
+def _memory(run) -> dict:
+    "The estimated peak memory of one process of `run` (`mlmclm.sizes.memory_estimate`, measured for its shape) in its costliest phase."
+    cfg = run.cfg
+    def estimate(phase):
+        return memory_estimate(run.raw_model.config, run.sharding, run.acc.num_processes, micro_batch=cfg.batch_size,
+                               seq_len=cfg.seq_len, objective=phase.objective, mask_ratio=phase.mask_ratio or 0.4,
+                               sparse_head=cfg.sparse_head, ce_chunk=cfg.ce_chunk, grad_ckpt=cfg.gradient_checkpointing,
+                               grad_accum=run.grad_accum, bf16=run.acc.mixed_precision == 'bf16',
+                               attn_backend=run.backend, bucket_view=run.sharding == 'ddp', **MEASURED)
+    return max(map(estimate, run.phases), key=lambda e: e['peak_gib'])
+
+
 def _setup_claimed(cfg: PretrainConfig, acc, phases: list, accumulation: int, held) -> tuple[Run, TrainState]:
     "The rest of `setup` once the run is ours: data, folder, seed, model, processes, resume, record."
     tokenizer = _tokenizer_for(cfg)
@@ -660,9 +681,12 @@ def _setup_claimed(cfg: PretrainConfig, acc, phases: list, accumulation: int, he
     settings = AdamW(cfg.adam_beta1, cfg.adam_beta2, cfg.adam_eps, cfg.weight_decay, cfg.grad_clip)
     optimizer = adamw(model, cfg.lr, settings, fused=acc.device.type == 'cuda')
     scheduler = wsd_schedule(optimizer, cfg.total_steps, cfg.warmup_steps, cfg.decay_steps)
-    prepared, optimizer = acc.prepare(torch.compile(model) if cfg.compile else model, optimizer)
+    if _compiles(cfg, acc.device): compile_blocks(model)   # per block, before `prepare` wraps it (see above)
+    prepared, optimizer = acc.prepare(model, optimizer)
     run = Run(cfg, acc, folder, run_id, phases, tokenizer, store, model, prepared, optimizer, scheduler, backend,
               session=_session(acc), grad_accum=accumulation, claim=held)
+    run.memory = _memory(run)
+    acc.print(memory_line(run.memory))
     state, extra = _resume(run)                   # after `prepare`: FSDP shards the weights the state is loaded into
     run.data_offset, why = _data_offset(cfg, store, extra)
     if run.is_main: _record(run, state, why, history, replaced, repairs)
@@ -720,15 +744,20 @@ class Throughput:
 
 
 def log_metrics(run: Run, state: TrainState, phase_index: int, phase: Phase, loss: float, lr: float,
-                throughput: Throughput) -> dict | None:
+                throughput: Throughput,
+                attn_spans: list | None = None,  # `attention_span` of each step's micro-batches since the last row
+               ) -> dict | None:
     "Every `log_every` steps (and at the last): one row of `metrics.jsonl` (loss, LR, tokens/s, MFU on known GPUs)."
     if state.step % run.cfg.log_every and state.step != run.last_step: return None
-    tps = throughput(state.tokens_seen)
-    fpt = flops_per_token(run.raw_model.config, run.cfg.seq_len, phase.objective, phase.mask_ratio or 0.0, run.cfg.sparse_head)
-    peak = device_peak_flops(run.acc.device)
+    tps, peak = throughput(state.tokens_seen), device_peak_flops(run.acc.device)
+    mfu = lambda span=None: tps * flops_per_token(run.raw_model.config, run.cfg.seq_len, phase.objective,
+                                                   phase.mask_ratio or 0.0, run.cfg.sparse_head, attn_len=span) / \
+                            (peak * run.acc.num_processes) if peak else None
+    span = sum(attn_spans) / len(attn_spans) if attn_spans else None   # equal tokens per batch: the mean is exact
     row = dict(step=state.step, phase=phase_index, objective=phase.objective, mask_ratio=phase.mask_ratio, loss=loss,
-               lr=lr, tokens_seen=state.tokens_seen, tokens_per_s=tps,
-               mfu=(tps * fpt / (peak * run.acc.num_processes)) if peak else None, flop_convention=FLOP_CONVENTION)
+               lr=lr, tokens_seen=state.tokens_seen, tokens_per_s=tps, mfu=mfu(), flop_convention=FLOP_CONVENTION,
+               attention_span=span, mfu_doc_lengths=mfu(span) if span else None)
+    if attn_spans is not None: attn_spans.clear()
     if run.is_main:
         append_jsonl(run.folder/'metrics.jsonl', row)
         if run.cfg.tensorboard: run.acc.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=state.step)
@@ -779,14 +808,16 @@ def pretrain(cfg: PretrainConfig,  # a checked config (`mlmclm.runs.pretrain_con
     batches = batch_stream(run, state)
     bar = tqdm(total=cfg.total_steps, initial=state.step, disable=not (cfg.progress and run.is_main), desc=run.run_id,
                unit='step')
-    throughput = Throughput(state.tokens_seen)
+    throughput, spans = Throughput(state.tokens_seen), []
     run.model.train()
     try:
         while state.step < run.last_step:
             phase_index, phase = phase_at(run.phases, state.step)
-            loss, lr = train_step(run, state, phase, next(batches))
+            micro = next(batches)
+            spans += [attention_span(b['document_ids']) for b in micro]   # on the CPU copy, before it moves
+            loss, lr = train_step(run, state, phase, micro)
             bar.update(1); bar.set_postfix(phase=phase.label, loss=f'{loss:.3f}')
-            log_metrics(run, state, phase_index, phase, loss, lr, throughput)
+            log_metrics(run, state, phase_index, phase, loss, lr, throughput, spans)
             save_if_due(run, state, phase_index, phase)
     finally:   # stop the prefetching thread here, also on errors (not at interpreter exit); let the run go
         batches.close()
@@ -816,11 +847,15 @@ def command_config(args: list[str]) -> PretrainConfig:
 
 
 def main(argv: list[str] | None = None) -> None:
-    "`demo` or `run [preset=<name>] key=value ...`."
+    "`demo`, `run [preset=<name>] key=value ...` or `seal-state FOLDER`."
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in ('demo', 'run'):
-        print('usage: python -m mlmclm.pretrain demo | run [preset=<released name>] key=value ...\n\n' + config_help(PretrainConfig))
+    if not argv or argv[0] not in ('demo', 'run', 'seal-state') or (argv[0] == 'seal-state' and len(argv) != 2):
+        print('usage: python -m mlmclm.pretrain demo | run [preset=<released name>] key=value ... | seal-state FOLDER\n\n'
+              + config_help(PretrainConfig))
         raise SystemExit(2)
+    if argv[0] == 'seal-state':   # a state written before states carried checksums, which you trust
+        print(seal_state(argv[1]))
+        return
     if argv[0] == 'run':
         print(pretrain(command_config(argv[1:])))
         return

@@ -20,10 +20,11 @@ from .vocab import (ADAMW, E3_STEPS, FINETUNE, FINETUNE_OPTIONS, PAPER_LRS, PAPE
                           SIZE_ORDER, TRAIN_ON, parse_run_name)
 
 # %% auto #0
-__all__ = ['SEED_MAX', 'LR_MAX', 'BIPHASIC_CLM_FRACTION', 'FINETUNE_PRESETS', 'comma_numbers', 'step_defaults', 'PretrainConfig',
-           'grad_accum', 'default_run_id', 'paper_preset', 'pretrain_preset', 'pretrain_config', 'write_paper_configs',
-           'FinetuneConfig', 'finetune_preset', 'finetune_config', 'finetune_grid', 'run_key', 'FinetuneRun',
-           'finetune_runs', 'claim_status', 'PretrainRun', 'pretrain_run', 'shard_dir', 'work_claim_path', 'claim_work']
+__all__ = ['SEED_MAX', 'LR_MAX', 'BIPHASIC_CLM_FRACTION', 'FSDP_SIZES', 'FINETUNE_PRESETS', 'comma_numbers', 'step_defaults',
+           'PretrainConfig', 'grad_accum', 'default_run_id', 'paper_preset', 'pretrain_preset', 'pretrain_config',
+           'write_paper_configs', 'FinetuneConfig', 'finetune_preset', 'finetune_config', 'finetune_grid', 'run_key',
+           'FinetuneRun', 'finetune_runs', 'claim_status', 'PretrainRun', 'pretrain_run', 'shard_dir',
+           'work_claim_path', 'claim_work']
 
 # %% ../nbs/00b_runs.ipynb #0c930ab7
 SEED_MAX = 2**32 - 1   # numpy's limit; every seed of the study fits (the paper's are 0-4 and 42)
@@ -102,7 +103,7 @@ class PretrainConfig:
     sparse_head: bool = param(True, 'MLM: LM head only at masked positions')
     ce_chunk: int = param(0, 'LM head + loss this many positions at a time (0: at once); saves memory at 128k vocab', low=0)
     prefetch: int = param(2, 'steps of batches prepared ahead in a background thread (0: inline)', low=0)
-    compile: bool = param(False, 'torch.compile the model (GPU)')
+    compile: bool | None = param(None, 'torch.compile each transformer block; None: on CUDA, off elsewhere')
     gradient_checkpointing: bool = param(False, 'recompute activations in backward (saves memory for 1b)')
     tensorboard: bool = param(False, 'also log to TensorBoard (needs the tensorboard package)')
     progress: bool = param(True, 'show a progress bar')
@@ -146,6 +147,8 @@ def default_run_id(cfg: PretrainConfig) -> str:
     return f'{tag}-{config_hash(changed)[:6]}'
 
 # %% ../nbs/00b_runs.ipynb #2ed8a2bb
+FSDP_SIZES = ('1b',)   # sizes whose paper runs shard (FSDP2) to fit an 80 GB card with margin: see above
+
 def paper_preset(name: str) -> dict:
     "The settings that train the released model `name` ([protocol](protocol.md) §1)."
     run = parse_run_name(name)
@@ -156,7 +159,8 @@ def paper_preset(name: str) -> dict:
                   data='fineweb-edu', data_subset=r.data_subset, tokenizer=r.tokenizer, seq_len=r.seq_len, lr=r.lr,
                   seed=r.seed, warmup_steps=r.warmup_steps, decay_steps=r.decay_steps, run_id=name, save_every=500,
                   global_batch=r.global_batch, batch_size=r.batch_size,
-                  checkpoint_steps=','.join(str(s) for s in E3_STEPS if s < steps))
+                  checkpoint_steps=','.join(str(s) for s in E3_STEPS if s < steps),
+                  fsdp=run.size in FSDP_SIZES)
     if run.cpt_from:
         values.update(init_from=f'runs/{run.cpt_from}/checkpoints/step-{run.cpt_start}', checkpoint_steps='',
                       warmup_steps=r.cpt_warmup_steps, decay_steps=min(r.cpt_decay_steps, steps - r.cpt_warmup_steps))

@@ -22,11 +22,13 @@ from pathlib import Path
 
 from .core import HOST, LEASE_S, ClaimHeld, ConfigError, atomic_write_text, project_root, read_json, read_jsonl
 from .vocab import (CONTROL, FINETUNE, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN,
-                          PROTOCOL_AXES, EMBEDDED_TASKS, RunName, paper_experiments, parse_run_name)
+                          PROTOCOL_AXES, SIZE_ORDER, EMBEDDED_TASKS, RunName, paper_experiments, parse_run_name,
+                          parse_schedule)
 from .runs import (FinetuneConfig, FinetuneRun, PretrainRun, claim_status, finetune_grid, finetune_runs,
                          grad_accum, pretrain_config, work_claim_path)
 from .results import missing
-from .sizes import MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU, flops_per_token, model_config
+from .sizes import (MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU, flops_per_token, memory_estimate, memory_line, model_config,
+                          param_counts)
 
 # %% auto #0
 __all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERMEDIATE', 'ABLATION_CHECKPOINTS', 'PRESETS',
@@ -35,7 +37,7 @@ __all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERME
            'protocol_ablation_plan', 'checkpoint_dir', 'pretrain_params', 'run_notebook', 'point_runs', 'finetune_jobs',
            'accelerate_command', 'submit_finetune_array', 'study_status', 'PretrainJob', 'pretrain_job_specs',
            'submit_pretrain_jobs', 'finetune_params', 'worker_env', 'visible_gpus', 'finetune_workers', 'launch',
-           'get_plan', 'measured_finetune', 'measured_finetune_line', 'describe', 'main']
+           'get_plan', 'measured_finetune', 'measured_finetune_line', 'memory_lines', 'describe', 'main']
 
 # %% ../nbs/04_study.ipynb #59d3ae7e
 @dataclass
@@ -216,7 +218,7 @@ class Costs:
 
 @functools.lru_cache(maxsize=None)
 def _flops_per_token(size: str, seq_len: int, objective: str, mask_ratio: float) -> float:
-    return flops_per_token(model_config(size), seq_len, objective, mask_ratio)   # builds a meta model: once per shape
+    return flops_per_token(model_config(size), seq_len, objective, mask_ratio)
 
 
 def run_flops(plan: StudyPlan, run: PlannedRun, costs: Costs = Costs(), size: str | None = None) -> float:
@@ -252,12 +254,9 @@ def finetune_flops(plan: StudyPlan, costs: Costs = Costs()) -> float:
     return total
 
 
-@functools.lru_cache(maxsize=None)
 def _body_params(size: str) -> int:
-    import torch
-    from mlmclm.model import Transformer
-    with torch.device('meta'): m = Transformer(model_config(size))
-    return m.num_parameters() - m.config.vocab_size * m.config.hidden_size
+    "Parameters of the blocks and the final norm (what fine-tuning trains besides the embedding and a small head)."
+    return param_counts(size)['body']
 
 
 def estimate(plan: StudyPlan, costs: Costs = Costs()):
@@ -682,13 +681,32 @@ def measured_finetune(folder: str | Path | None = None,  # benchmark results; <p
 def measured_finetune_line(plan: StudyPlan, costs: Costs = Costs(), folder: str | Path | None = None) -> str:
     "The line of `plan` that prices fine-tuning at the measured speed, or says that no measurement exists."
     m = measured_finetune(folder)
-    if m is None: return '  fine-tuning at the assumed MFU above (no benchmark result: python -m mlmclm.bench --finetune)'
+    if m is None: return '  fine-tuning at the assumed MFU above (no benchmark result: mlmclm bench --finetune)'
     hours = finetune_flops(plan, costs) / m['flops_per_s'] / 3600
     return (f"  fine-tuning at the measured speed: {hours:,.0f} hours on {m['device']} ({m['examples_per_s']:.1f} "
             f"examples/s of {Path(m['model']).name}, {m['side']}; {m['path']})")
 
 # %% ../nbs/04_study.ipynb #f768ad12
-def describe(plan: StudyPlan, costs: Costs = Costs()) -> str:
+def memory_lines(plan: StudyPlan, gpus: int = PRETRAIN.gpus) -> list[str]:
+    """Per model size of the plan: the estimated peak memory of one process of its costliest run as the plan sets it
+    (`mlmclm.sizes.memory_estimate`; the paper's plans on `gpus` GPUs, the demo on one CPU process)."""
+    processes = gpus if plan.pretrain_preset == 'paper' else 1
+    worst = {}
+    for run in plan.runs.values():
+        cfg = pretrain_config(**pretrain_params(plan, run, Path('.')))
+        for ph in parse_schedule(cfg.schedule, cfg.total_steps, mask_ratio=cfg.mask_ratio):
+            e = memory_estimate(cfg.size, 'fsdp2' if cfg.fsdp else 'ddp' if processes > 1 else 'none', processes,
+                                cfg.batch_size, cfg.seq_len, ph.objective, ph.mask_ratio or 0.4, cfg.sparse_head,
+                                cfg.ce_chunk, cfg.gradient_checkpointing, grad_accum(cfg.global_batch, cfg.batch_size,
+                                processes), bf16=processes > 1, attn_backend='flash' if processes > 1 else 'sdpa',
+                                bucket_view=processes > 1)
+            if e['peak_gib'] > worst.get(cfg.size, {}).get('peak_gib', -1): worst[cfg.size] = e
+    return [f'  {size:<5} {memory_line(worst[size])}' for size in sorted(worst, key=SIZE_ORDER.index)]
+
+
+def describe(plan: StudyPlan, costs: Costs = Costs(),
+             memory: bool = False,   # add the memory estimate of each size
+            ) -> str:
     "The plan's counts and compute estimate, as printed by `plan`."
     est = estimate(plan, costs)
     c = plan.counts()
@@ -708,6 +726,7 @@ def describe(plan: StudyPlan, costs: Costs = Costs()) -> str:
              measured_finetune_line(plan, costs),
              f'  total                          {est.gpu_hours.sum():>10,.0f} GPU-hours']
     if plan.preset.startswith('paper'): lines.append('  the paper reports about 110,000 MI250X GPU-hours for its study')
+    if memory and plan.runs: lines += ['memory per process (estimated)'] + memory_lines(plan)
     return '\n'.join(lines)
 
 
@@ -725,6 +744,7 @@ def main(argv: list[str] | None = None) -> None:
     _selection_args(p_plan)
     p_plan.add_argument('--peak-flops', type=float, default=Costs.peak_flops)
     p_plan.add_argument('--mfu', type=float, default=Costs.mfu)
+    p_plan.add_argument('--no-memory', action='store_true', help="skip the memory estimate per size (it measures on the CPU)")
     p_run = sub.add_parser('run', help='run what is missing, here')
     _selection_args(p_run)
     p_run.add_argument('--root', help='study folder (default runs/study-<preset>)')
@@ -746,7 +766,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.experiments or args.sizes or args.pattern: plan = select(plan, args.experiments, args.sizes, args.pattern)
     except ConfigError as e: parser.exit(2, f'error: {e}\n')
     if args.command == 'plan':
-        print(describe(plan, Costs(peak_flops=args.peak_flops, mfu=args.mfu)))
+        print(describe(plan, Costs(peak_flops=args.peak_flops, mfu=args.mfu), memory=not args.no_memory))
     elif args.command == 'run':
         print(describe(plan, Costs()).split('compute')[0].rstrip())
         print(f'study folder: {launch(plan, args.root, workers=args.workers)}')
@@ -757,7 +777,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == 'status':
         root = Path(args.root or project_root()/'runs'/f'study-{plan.preset}')
         print(study_status(plan, root, args.lease_s).to_string(index=False))
-        print(f"store health: python -m mlmclm.results health {root/'results.jsonl'}")
+        print(f"store health: mlmclm results health {root/'results.jsonl'}")
     else:
         jobs = submit_finetune_array(plan, Path(args.root), Path(args.folder),
                                      **({'slurm_partition': args.partition} if args.partition else {}))

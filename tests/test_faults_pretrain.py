@@ -329,7 +329,7 @@ DAMAGED_STATES = {   # id: (what is done to state/, what the refusal names)
     '.metadata missing': (lambda s: (s/'.metadata').unlink(), '.metadata is missing'),
     'a file added': (lambda s: (s/'extra.pt').write_bytes(b'x'), 'extra.pt is not in'),
     'the manifest torn': (lambda s: (s/'checksums.json').write_text('{"files": {'), 'checksums.json is not'),
-    'the manifest gone (as a state of the previous version)': (lambda s: (s/'checksums.json').unlink(), 'seal_state'),
+    'the manifest gone (as a state of the previous version)': (lambda s: (s/'checksums.json').unlink(), 'seal-state'),
 }
 
 
@@ -354,6 +354,6 @@ def test_item6_a_state_without_checksums_resumes_once_sealed(stopped, straight, 
     from mlmclm.pretrain import seal_state
     run = _copy_run(stopped, tmp_path)
     (run/'state'/'checksums.json').unlink()                  # what the previous version wrote
-    _refused(tmp_path, 'seal_state')
+    _refused(tmp_path, 'seal-state')
     seal_state(run/'state')                                  # the owner vouches for it
     assert _same(straight, _weights(pretrain(_cfg(tmp_path, checkpoint_steps='2'))/'checkpoints'/'step-8'))

@@ -1,7 +1,13 @@
 """Figures and tables draw exactly the runs they should: a synthetic score grid in which every (checkpoint, family)
 has its own known score, read back from the drawn artists and the written tables. Plus the committed demo results
-re-render into every figure and table, byte-stably."""
+re-render into every figure and table, byte-stably.
+
+The committed demo's tables are read from `tests/data/demo/` (a copy of `figures/demo/results.csv` and `cpt_loss.csv`),
+never from `figures/demo/`: `bash .ci/demo` rewrites that folder, and the tests must pass before and after it. After
+committing a new demo run, refresh the copy: `cp figures/demo/results.csv figures/demo/cpt_loss.csv tests/data/demo/`
+(`test_the_reference_tables_are_the_committed_demo_tables` fails until then)."""
 import json
+import subprocess
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -18,7 +24,9 @@ from mlmclm.figures import main, paper_flops_per_step, read_results, render_all,
 from mlmclm.results import tidy_results
 from mlmclm.vocab import BUDGETS, E3_STEPS, FAMILIES, PAPER_DATASETS, RATIOS, SIZES, paper_checkpoints, paper_experiments
 
-DEMO = project_root()/'figures'/'demo'
+DEMO = project_root()/'figures'/'demo'                  # the demo writes here (figures and tables; a rerun rewrites them)
+REFERENCE = Path(__file__).parent/'data'/'demo'          # the committed demo's tables, which no demo run overwrites
+REFERENCE_TABLES = ('results.csv', 'cpt_loss.csv')
 CHECKPOINTS = paper_checkpoints(appendix=True)   # the 50 published checkpoints and the appendix's 1B biphasic run
 
 
@@ -216,10 +224,10 @@ def test_protocol_figure_shows_the_gap_per_cell_and_paper_figures_only_the_paper
     plt.close('all')
 
 
-@pytest.mark.skipif(not (DEMO/'results.csv').is_file(), reason='no committed demo results yet')
+@pytest.mark.skipif(not (REFERENCE/'results.csv').is_file(), reason='no committed demo results yet')
 def test_committed_demo_results_render_every_figure(tmp_path):
-    results = read_results(DEMO/'results.csv')
-    loss = pd.read_csv(DEMO/'cpt_loss.csv') if (DEMO/'cpt_loss.csv').is_file() else None
+    results = read_results(REFERENCE/'results.csv')
+    loss = pd.read_csv(REFERENCE/'cpt_loss.csv') if (REFERENCE/'cpt_loss.csv').is_file() else None
     files = render_all(results, tmp_path, 'demo', cpt_loss=loss)
     names_ = {Path(f).name for f in files}
     for n in ['fig1_overview', 'fig2_mlm_vs_clm', 'fig3_mask_ratio', 'fig4_data_efficiency', 'fig4b_data_efficiency_flops',
@@ -229,7 +237,7 @@ def test_committed_demo_results_render_every_figure(tmp_path):
     again = render_all(results, tmp_path/'again', 'demo', cpt_loss=loss)
     for a, b in zip(files, again):
         assert Path(a).read_bytes() == Path(b).read_bytes(), a
-    # the committed figures are the ones these results give
+    # every file these results give is among the committed figures
     for f in files:
         committed = DEMO/Path(f).relative_to(tmp_path)
         assert committed.is_file(), committed
@@ -242,7 +250,7 @@ def test_a_demo_study_folder_gives_final_pretraining_losses_beside_the_unigram_e
         f'{{"step": {s}, "phase": 0, "objective": "clm", "mask_ratio": null, "loss": {9 - s / 10}}}\n' for s in range(1, 11)))
     (study/'tiny-clm-42k'/'run.json').write_text('{"config": {"data": "embedded"}}')   # the entropy of what it read
     monkeypatch.setattr(figures, 'render_all', lambda *a, **k: [])   # the figures are tested above
-    main(['--results', str(DEMO/'results.csv'), '--out', str(tmp_path/'f'), '--study', str(study), '--scale', 'demo'])
+    main(['--results', str(REFERENCE/'results.csv'), '--out', str(tmp_path/'f'), '--study', str(study), '--scale', 'demo'])
     pl = pd.read_csv(tmp_path/'f'/'pretrain_loss.csv')
     assert pl[['run', 'last_phase', 'steps']].values.tolist() == [['tiny-clm-42k', 'clm', 10]]
     assert abs(pl.final_loss[0] - 8.2) < 1e-4                      # mean of the last 5 logged losses (8.4 .. 8.0)
@@ -265,13 +273,13 @@ def _control_margins(results: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-HAS_CONTROL = (DEMO/'results.csv').is_file() and 'tiny-random' in set(pd.read_csv(DEMO/'results.csv').checkpoint_name)
+HAS_CONTROL = (REFERENCE/'results.csv').is_file() and 'tiny-random' in set(pd.read_csv(REFERENCE/'results.csv').checkpoint_name)
 
 
 @pytest.mark.skipif(not HAS_CONTROL, reason='the committed demo results have no control rows yet')
 @pytest.mark.parametrize('family', ['TC', 'QA', 'IR'])
 def test_the_committed_demo_best_pretrained_model_beats_the_control_by_more_than_the_seed_spread(family):
-    m = _control_margins(read_results(DEMO/'results.csv')).set_index('family')
+    m = _control_margins(read_results(REFERENCE/'results.csv')).set_index('family')
     r = m.loc[family]
     assert r.best_score - r.control > max(r.control_spread, r.best_spread), m
 
@@ -282,8 +290,33 @@ def test_the_committed_demo_best_pretrained_model_beats_the_control_by_more_than
                    'learn from the task itself; SC stays near 55-60% for both. A pass means the demo now does: '
                    'remove this mark and update the README')
 def test_the_committed_demo_sc_beats_the_control_and_reaches_60_percent():
-    r = _control_margins(read_results(DEMO/'results.csv')).set_index('family').loc['SC']
+    r = _control_margins(read_results(REFERENCE/'results.csv')).set_index('family').loc['SC']
     assert r.best_score >= 60 and r.best_score - r.control > max(r.control_spread, r.best_spread), r
+
+
+def _committed(path: str) -> bytes | None:
+    "The bytes of `path` (relative to the project) as committed at HEAD; None outside a git checkout or if not committed."
+    try: r = subprocess.run(['git', 'show', f'HEAD:{path}'], cwd=project_root(), capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError): return None
+    return r.stdout if r.returncode == 0 else None
+
+
+@pytest.mark.parametrize('name', REFERENCE_TABLES)
+def test_the_reference_tables_are_the_committed_demo_tables(name):
+    "The copy the tests read is the demo table committed beside the figures (git's HEAD, not the working tree a rerun rewrote)."
+    committed = _committed(f'figures/demo/{name}')
+    if committed is None: pytest.skip('not a git checkout, or no committed demo table')
+    assert (REFERENCE/name).read_bytes() == committed, (
+        f'tests/data/demo/{name} differs from the committed figures/demo/{name}: after committing a demo run, '
+        f'`cp figures/demo/results.csv figures/demo/cpt_loss.csv tests/data/demo/` and commit the copy too')
+
+
+def test_no_committed_results_test_reads_what_the_demo_writes():
+    "The demo rewrites figures/demo/*.csv; a test reading them would fail after `bash .ci/demo` (issue 28)."
+    for test in Path(__file__).parent.glob('test_*.py'):
+        text = test.read_text(encoding='utf-8')
+        for name in REFERENCE_TABLES:
+            assert f"DEMO/'{name}'" not in text and f"'figures'/'demo'/'{name}'" not in text, (test.name, name)
 
 
 def test_the_unigram_entropy_is_that_of_the_one_source_a_study_read(tmp_path):

@@ -68,6 +68,21 @@ def test_precision_decides_weights_and_optimizer_states(setup, monkeypatch, prec
     assert row['precision'] == precision and 0 <= row['test_score'] <= 1
 
 
+@pytest.mark.parametrize('lr', [1e-5, 5e-4])
+def test_pure_bf16_never_moves_the_norm_weights_at_the_grids_learning_rates(setup, monkeypatch, lr):
+    "The documented cost of the authors' pure bf16 (protocol.md): RMSNorm weights at 1.0 stay there; amp_bf16 moves them."
+    base, tok, data = setup
+    task, moved, real = TASKS['rt_sentiment'], {}, ft.task_model
+    for precision in ('pure_bf16', 'amp_bf16'):
+        models = []
+        monkeypatch.setattr(ft, 'task_model', lambda *a: models.append(real(*a)) or models[-1])
+        cfg = ft.FinetuneConfig(max_steps=3, batch_size=4, max_eval_examples=2, precision=precision)
+        ft.finetune_run(task, [task], data, base, tok, lr, 0, cfg)
+        norms = [m for n, m in models[0].named_parameters() if n.endswith('norm.weight')]
+        moved[precision] = sum(int((w.detach().float() != 1).sum()) for w in norms)
+    assert moved['pure_bf16'] == 0 < moved['amp_bf16'], moved
+
+
 def test_same_seed_same_numbers_in_pure_bf16(setup):
     a, b = run(setup, 'TC', precision='pure_bf16'), run(setup, 'TC', precision='pure_bf16')
     assert a['test_scores_i'] == b['test_scores_i']

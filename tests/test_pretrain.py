@@ -153,3 +153,19 @@ def test_a_preempted_job_is_requeued_and_resumes_to_the_weights_of_an_uninterrup
     assert [m['step'] for m in read_jsonl(run/'metrics.jsonl')] == list(range(1, 7))
     a, b = load(straight/'checkpoints'/'step-6').state_dict(), load(run/'checkpoints'/'step-6').state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_every_paper_preset_fits_an_80_gb_card_with_margin():
+    "Issue 25 item 7: the measured memory estimate of each released model's run, on the paper's 8 GPUs, as its preset sets it."
+    from mlmclm.sizes import memory_estimate
+    from mlmclm.runs import paper_preset
+    from mlmclm.vocab import parse_schedule
+    for name in paper_run_names(appendix=True):
+        cfg = pretrain_config(name)
+        accum = grad_accum(cfg.global_batch, cfg.batch_size, 8)
+        for phase in parse_schedule(cfg.schedule, cfg.total_steps, mask_ratio=cfg.mask_ratio):
+            e = memory_estimate(cfg.size, 'fsdp2' if cfg.fsdp else 'ddp', 8, cfg.batch_size, cfg.seq_len, phase.objective,
+                                phase.mask_ratio or 0.4, cfg.sparse_head, cfg.ce_chunk, cfg.gradient_checkpointing, accum,
+                                bf16=True, attn_backend='flash', bucket_view=True)
+            assert e['peak_gib'] < 0.85 * 79.1, (name, phase, e['peak_gib'])
+    assert pretrain_config('1b-clm-42k').fsdp and not pretrain_config('610m-clm-42k').fsdp

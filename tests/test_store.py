@@ -103,7 +103,7 @@ def test_status_command_counts_per_experiment(tmp_path, capsys):
     out = capsys.readouterr().out
     line = next(l for l in out.splitlines() if l.split()[:2] == ['E1', 'pretrain'])
     assert line.split()[2:] == ['1', '1', '0', '1']             # done, running, stale, to do
-    assert 'python -m mlmclm.results health' in out
+    assert 'mlmclm results health' in out
     with pytest.raises(SystemExit): main(['status', '--preset', 'demo', '--sizes', '7b', '--root', str(root)])
     assert "unknown size '7b'" in capsys.readouterr().err
 

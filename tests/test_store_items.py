@@ -142,7 +142,7 @@ def test_item9_garbage_lines_in_a_store_are_skipped_with_file_and_line(tmp_path)
 
 
 def test_item9_figures_render_what_they_can_and_list_the_rest(tmp_path):
-    demo = pd.read_csv(ROOT/'figures'/'demo'/'results.csv')
+    demo = pd.read_csv(ROOT/'tests'/'data'/'demo'/'results.csv')   # the committed demo's table (a demo run rewrites figures/demo/)
     store = tmp_path/'results.jsonl'
     for r in demo.to_dict('records'): append_jsonl(store, r)
     append_jsonl(store, row(ck='my-own-model', ds='rt_sentiment', family='SC'))
@@ -156,7 +156,7 @@ def test_item9_figures_render_what_they_can_and_list_the_rest(tmp_path):
 
 def test_item9_figures_leave_no_results_csv_when_rendering_fails(tmp_path, monkeypatch):
     import mlmclm.figures as figs
-    demo = pd.read_csv(ROOT/'figures'/'demo'/'results.csv')
+    demo = pd.read_csv(ROOT/'tests'/'data'/'demo'/'results.csv')   # the committed demo's table (a demo run rewrites figures/demo/)
     store = tmp_path/'results.jsonl'
     for r in demo.to_dict('records'): append_jsonl(store, r)
     def broken(*a, **k): raise RuntimeError('renderer broke')
