@@ -558,6 +558,7 @@ def finetune_workers(workers: int | None,  # None: one per GPU, else one on a ma
     return list(gpus[:workers]) if gpus else [None] * workers
 
 
+@contextlib.contextmanager
 def _step_bar(metrics: Path, total: int, desc: str, show: bool):
     "A bar of a pretraining run's steps, fed from its `metrics.jsonl` while the notebook trains it in another process."
     from tqdm.auto import tqdm
