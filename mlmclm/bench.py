@@ -24,14 +24,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .core import (ConfigError, atomic_path, atomic_write_json, atomic_write_text, build_config, pick_device,
-                         project_root, read_json, read_jsonl, seed_everything)
-from .model import (MODEL_SIZES, HostSyncs, TaskModel, Transformer, attention_kernel, build_model,
-                          compile_blocks, config_from_hf, default_backend, load, model_config, save, to_llama_config_dict)
-from .data import embedded_documents, load_tokenizer, packed_rows, pipeline_throughput, tokenize
-from .vocab import ADAMW, Phase
-from .objectives import (IGNORE, PEAK_FLOPS, PLANNER_GPU, MemoryMeter, adamw, attention_span,
-                               chunked_cross_entropy, device_peak_flops, fit_settings, flops_per_token, lm_loss)
+from .core import (ConfigError, atomic_path, atomic_write_json, atomic_write_text, pick_device, project_root,
+                         read_json, read_jsonl, seed_everything)
+from .vocab import ADAMW, FINETUNE, Phase
+from .corpus import EMBEDDED, embedded_documents
+from .sizes import (ATTN_BACKENDS, FLOP_CONVENTION, LLAMA3_VOCAB_SIZE, MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU,
+                          fit_settings, flops_per_token, model_config)
+from .model import (HostSyncs, TaskModel, Transformer, attention_kernel, build_model, compile_blocks, config_from_hf,
+                          default_backend, load, mean_pool, save, to_llama_config_dict)
+from .data import TokenStore, build_store, load_tokenizer, packed_rows, pipeline_throughput, tokenize
+from .objectives import (IGNORE, MEASURED, MemoryMeter, adamw, attention_span, chunked_cross_entropy,
+                               device_peak_flops, lm_loss)
 from .packing import collate_packed, collate_padded, head_loss, micro_batches, pack_rows, to_device
 from .pretrain import pretrain, step_batches
 from .runs import finetune_config, pretrain_config
@@ -40,25 +43,25 @@ from .finetune import (KINDS, RunContext, head_kind, optimizer, packed_layout, r
                              warmup_steps)
 
 # %% auto #0
-__all__ = ['BENCH_SHAPES', 'SIZES', 'FLOP_CONVENTION', 'FT_BATCH', 'TRAINER_MICRO', 'SMOKE', 'bench_config', 'make_batches',
-           'hf_model', 'hf_loss', 'bench_loss', 'ce_peak_memory', 'dynamo_counts', 'Side', 'time_sides',
-           'fast_defaults', 'benchmark', 'pipeline_headroom', 'finetune_throughput', 'embedding_throughput',
-           'data_path_throughput', 'builder_throughput', 'ablation_variants', 'ablation', 'BlockGraphs', 'fsdp2_probe',
-           'results_table', 'write_results', 'smollm2_llama_folder', 'finetune_examples', 'FinetuneSide',
-           'finetune_sides', 'computed_tokens', 'finetune_benchmark', 'smoke', 'main']
+__all__ = ['BENCH_SHAPES', 'BENCH_SIZES', 'FT_BATCH', 'TRAINER_MICRO', 'SMOKE', 'bench_config', 'make_batches', 'hf_model',
+           'hf_loss', 'bench_loss', 'ce_peak_memory', 'dynamo_counts', 'Side', 'time_sides', 'fast_defaults',
+           'benchmark', 'pipeline_headroom', 'finetune_throughput', 'embedding_throughput', 'data_path_throughput',
+           'builder_throughput', 'ablation_variants', 'ablation', 'BlockGraphs', 'fsdp2_probe', 'results_table',
+           'write_results', 'smollm2_llama_folder', 'finetune_examples', 'FinetuneSide', 'finetune_sides',
+           'computed_tokens', 'finetune_benchmark', 'smoke', 'main']
 
 # %% ../nbs/06_bench.ipynb #87d45145
 BENCH_SHAPES = {'30m': dict(MODEL_SIZES['tiny'], hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
                             num_key_value_heads=8, head_dim=64, intermediate_size=1536)}
-BENCH_SHAPES['30m-128k'] = dict(BENCH_SHAPES['30m'], vocab_size=128256)
-SIZES = ('tiny', *BENCH_SHAPES, *(s for s in MODEL_SIZES if s != 'tiny'))
+BENCH_SHAPES['30m-128k'] = dict(BENCH_SHAPES['30m'], vocab_size=LLAMA3_VOCAB_SIZE)
+BENCH_SIZES = ('tiny', *BENCH_SHAPES, *(s for s in MODEL_SIZES if s != 'tiny'))
 
-def bench_config(size: str,                  # one of `SIZES`: 'tiny', a bench shape, or a paper size
+def bench_config(size: str,                  # one of `BENCH_SIZES`: 'tiny', a bench shape, or a paper size
                  attn_backend: str = 'sdpa', # 'sdpa', 'eager' or 'flash'
                 ):
     "The `ModelConfig` of `size`."
     if size in BENCH_SHAPES: return model_config('tiny', **BENCH_SHAPES[size], attn_backend=attn_backend)
-    if size not in MODEL_SIZES: raise KeyError(f'unknown bench size {size!r}; choose one of {list(SIZES)}')
+    if size not in MODEL_SIZES: raise KeyError(f'unknown bench size {size!r}; choose one of {list(BENCH_SIZES)}')
     return model_config(size, attn_backend=attn_backend)
 
 # %% ../nbs/06_bench.ipynb #9e4449e5
@@ -120,7 +123,7 @@ def bench_loss(model, batch: dict,
 
 # %% ../nbs/06_bench.ipynb #8aed3f09
 def ce_peak_memory(tokens: int = 2048,   # positions in the loss
-                   vocab: int = 128256,  # vocabulary (the paper's)
+                   vocab: int = LLAMA3_VOCAB_SIZE,  # vocabulary (the paper's)
                    hidden: int = 512,    # model width
                    chunk: int = 0,       # 0: plain `F.cross_entropy` on full logits; else `chunked_cross_entropy`
                    device: str = 'cpu',  # 'cpu' (a fresh subprocess, peak-RSS rise) or 'cuda' (allocator peak)
@@ -283,11 +286,7 @@ def _side_row(name: str, t: dict, cfg, objective: str, tokens: int, seq_len: int
                 mfu_doc_lengths=tps * fpt_docs / peak if peak else None, **t.get('dynamo', {}))
 
 
-FLOP_CONVENTION = ('6N per token (blocks + LM head; embeddings excluded; sparse MLM head at the masked share) '
-                   '+ 12*L*T*heads*head_dim attention (not halved for causal); dense bf16 peak')
-
-
-def benchmark(size: str = 'tiny',          # one of `SIZES`
+def benchmark(size: str = 'tiny',          # one of `BENCH_SIZES`
               objective: str = 'clm',      # 'clm' or 'mlm'
               baseline: str = 'hf',        # 'hf' (LlamaForCausalLM) or 'dense-head' (MLM only)
               batch_size: int = 8,         # rows per step
@@ -368,7 +367,6 @@ def embedding_throughput(size: str = 'tiny', batch_size: int = 32, seq_len: int 
                          device: str | None = None) -> dict:
     "Examples/s of mean-pooled bidirectional encoding without gradients, ours and Hugging Face's `LlamaModel`."
     from transformers import LlamaModel
-    from mlmclm.model import mean_pool
     dev = pick_device(device); opts = fast_defaults(dev)
     cfg = bench_config(size, 'sdpa')   # padded batches: the flash path would unpad them, SDPA is what both sides use
     seed_everything(0)
@@ -398,7 +396,6 @@ def data_path_throughput(size: str = '610m',          # the model whose appetite
                          mask_ratio: float = 0.4, mfu: float = 0.45, gpu: str = PLANNER_GPU,   # a key of PEAK_FLOPS
                         ) -> dict:
     "Tokens/s one process's data path delivers (store rows -> masked micro-batches) against what `size` consumes on one `gpu` at `mfu`."
-    from mlmclm.data import EMBEDDED, TokenStore, build_store
     store = TokenStore(store if store is not None else build_store(EMBEDDED))
     tok = load_tokenizer(store.folder/'tokenizer')
     ids = dict(mask_token_id=tok.mask_token_id, vocab_size=len(tok), special_ids=sorted(set(tok.all_special_ids)))
@@ -417,8 +414,6 @@ def builder_throughput(workers: int = 1,        # tokenizing processes
                        copies: int = 4,         # the embedded train split repeated, so that start-up is amortised
                        folder: str | Path | None = None) -> dict:
     "Tokens/s of `build-store` on the embedded texts (the embedded tokenizer), process start-up included."
-    from mlmclm.data import build_store
-    from mlmclm.core import read_json
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp)/'docs.jsonl'
         src.write_text(''.join(json.dumps(dict(text=d)) + '\n' for _ in range(copies) for d in embedded_documents('train')))
@@ -494,7 +489,7 @@ def _shard(model, mesh, bf16: bool) -> None:
     fully_shard(model, **kw)
 
 # %% ../nbs/06_bench.ipynb #af99f808
-def fsdp2_probe(size: str = 'tiny',          # one of `SIZES`
+def fsdp2_probe(size: str = 'tiny',          # one of `BENCH_SIZES`
                 device: str | None = None,   # None: CUDA when present
                 steps: int = 2, micro_batch: int = 2, seq_len: int = 64,
                 whole_model: bool = False,   # compile the whole model instead of each block (what not to do)
@@ -563,7 +558,7 @@ def write_results(result: dict,                     # a `benchmark` result, opti
     return folder/f'{stem}.json'
 
 # %% ../nbs/06_bench.ipynb #9cb48a92
-FT_BATCH, TRAINER_MICRO = 32, 4   # the authors' effective batch and per-device batch (8 accumulation steps)
+FT_BATCH, TRAINER_MICRO = FINETUNE.batch_size, 4   # the authors' effective batch (32) and per-device batch (8 accumulation steps)
 
 
 def smollm2_llama_folder(out_dir: str | Path | None = None,   # default: <project>/runs/smollm2-135m-llama
@@ -646,7 +641,6 @@ def _clock(device) -> tuple[float, float]:
 
 def _trainer_run(folder: Path, tok, examples: list[dict], lr: float, steps: int, device, bf16: bool) -> list[tuple]:
     "Train with `transformers.Trainer` as the authors did; `_clock` at the end of each optimizer step."
-    import tempfile
     from transformers import (AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainerCallback,
                               TrainingArguments)
     ends = []
@@ -789,7 +783,7 @@ def _smoke_pretrain(dev, size: str, batch: int, seq_len: int, folder: Path) -> d
     cuda = dev.type == 'cuda'
     backend, vocab = default_backend(dev), len(load_tokenizer('embedded'))
     fit = fit_settings(model_config(size, vocab_size=vocab), processes=1, micro_batch=batch, seq_len=seq_len,
-                       bf16=cuda, attn_backend=backend)
+                       bf16=cuda, attn_backend=backend, **MEASURED)
     cfg = pretrain_config(**dict(size=size, schedule='mlm', total_steps=3, seq_len=seq_len, batch_size=batch,
                                             warmup_steps=1, decay_steps=1, checkpoint_steps='', save_every=3, log_every=1,
                                             progress=False, prefetch=0, out_dir=str(folder), device=str(dev),
@@ -892,7 +886,7 @@ def _bool_or_none(text: str):
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog='python -m mlmclm.bench',
                                 description='Training throughput of ours against a baseline, in one run on one machine.')
-    p.add_argument('--size', choices=SIZES, help="model shape (pretraining default: tiny); with --finetune, a fresh model")
+    p.add_argument('--size', choices=BENCH_SIZES, help="model shape (pretraining default: tiny); with --finetune, a fresh model")
     p.add_argument('--objective', default='clm', choices=['clm', 'mlm'])
     p.add_argument('--baseline', default=None, choices=['hf', 'dense-head', 'hf-trainer'],
                    help="hf: transformers' LlamaForCausalLM (sdpa, the pretraining default); dense-head: ours with the "
@@ -911,7 +905,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument('--device', help='cpu, cuda, ...; default: CUDA when present')
     for flag in ('bf16', 'fused', 'compile', 'sparse-head', 'grad-ckpt'):
         p.add_argument(f'--{flag}', type=_bool_or_none, default=None, choices=[None, True, False], metavar='auto|on|off')
-    p.add_argument('--attn-backend', choices=['sdpa', 'eager', 'flash'], help='default: flash on GPU when installed')
+    p.add_argument('--attn-backend', choices=list(ATTN_BACKENDS), help='default: flash on GPU when installed')
     p.add_argument('--ce-chunk', type=int, default=0, help='chunked cross-entropy, positions per chunk (0: off)')
     p.add_argument('--no-extras', action='store_true', help='skip pipeline, fine-tuning and embedding throughput')
     p.add_argument('--out', help='results folder (default <project>/runs/bench)')

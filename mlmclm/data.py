@@ -18,7 +18,6 @@ import re
 import time
 import weakref
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -28,66 +27,34 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from .core import ConfigError, assets_dir, atomic_path, atomic_write_json, project_root, read_json
 from .vocab import PRETRAIN
+from .corpus import (EMBEDDED, EMBEDDED_REVIEWS, EMBEDDED_SOURCES, EMBEDDED_VOCAB_SIZE, embedded_documents,
+                           review_documents)
 
 # %% auto #0
-__all__ = ['EMBEDDED', 'EMBEDDED_REVIEWS', 'EMBEDDED_SOURCES', 'DEFAULT_REAL_TOKENIZER', 'FINEWEB_EDU', 'DEFAULT_FINEWEB_SUBSET',
-           'SPLITS', 'BOS', 'EOS', 'MASK', 'LLAMA3_RESERVED_MASK', 'LLAMA3_SPLIT_PATTERN', 'STORE_FORMAT',
-           'DEFAULT_SHARD_TOKENS', 'DOCS_PER_UNIT', 'corpus_path', 'tokenizer_dir', 'reviews_path', 'embedded_records',
-           'embedded_documents', 'review_documents', 'build_tokenizer', 'ensure_special_tokens', 'load_tokenizer',
-           'finite_documents', 'epoch_order', 'fineweb_documents', 'tokenize', 'packed_rows', 'batches', 'StoreError',
-           'StoreSource', 'store_source', 'tokenizer_sha', 'default_store_dir', 'store_path', 'build_store',
-           'TokenStore', 'open_store', 'write_hub_layout', 'pipeline_throughput', 'verify_store', 'main']
+__all__ = ['DEFAULT_REAL_TOKENIZER', 'FINEWEB_EDU', 'DEFAULT_FINEWEB_SUBSET', 'BOS', 'EOS', 'MASK', 'LLAMA3_RESERVED_MASK',
+           'LLAMA3_SPLIT_PATTERN', 'STORE_FORMAT', 'DEFAULT_SHARD_TOKENS', 'DOCS_PER_UNIT', 'tokenizer_dir',
+           'build_tokenizer', 'ensure_special_tokens', 'load_tokenizer', 'finite_documents', 'epoch_order',
+           'fineweb_documents', 'tokenize', 'packed_rows', 'batches', 'StoreError', 'StoreSource', 'store_source',
+           'tokenizer_sha', 'default_store_dir', 'store_path', 'build_store', 'TokenStore', 'open_store',
+           'pipeline_throughput', 'verify_store', 'main']
 
 # %% ../nbs/01a_data.ipynb #2bb93a59
-EMBEDDED = 'embedded'                                   # the name of the shipped corpus and tokenizer
-EMBEDDED_REVIEWS = 'embedded+reviews'                   # the shipped corpus' train split plus unlabeled movie reviews
-EMBEDDED_SOURCES = (EMBEDDED, EMBEDDED_REVIEWS)          # the finite sources that ship with the package
 DEFAULT_REAL_TOKENIZER = PRETRAIN.tokenizer            # the paper's tokenizer (gated on the hub)
 FINEWEB_EDU = PRETRAIN.data                             # the paper's pretraining data
 DEFAULT_FINEWEB_SUBSET = 'sample-350BT'   # the paper's subset is unknown; this one holds unique tokens for every run (see the token store)
-SPLITS = ('train', 'heldout', 'all')
 BOS, EOS, MASK = '<|begin_of_text|>', '<|end_of_text|>', '<|mask|>'   # Llama-3's names; PAD is EOS as in Llama-3 fine-tuning
 LLAMA3_RESERVED_MASK = '<|reserved_special_token_0|>'  # id 128002 in Llama-3: an unused special we can call the mask
-
-def corpus_path() -> Path:
-    "The shipped corpus: xz-compressed JSON lines with fields `title`, `work`, `text`, `split`."
-    return assets_dir()/'corpus'/'corpus.jsonl.xz'
 
 def tokenizer_dir() -> Path:
     "The shipped tokenizer folder (loadable with `AutoTokenizer.from_pretrained`)."
     return assets_dir()/'tokenizer'
-
-def reviews_path() -> Path:
-    "Unlabeled movie-review snippets and plot synopses (none of the SC task's examples): xz JSON lines, as the corpus."
-    return assets_dir()/'corpus'/'reviews.jsonl.xz'
-
-# %% ../nbs/01a_data.ipynb #efe7a9ca
-@lru_cache(maxsize=2)
-def _shipped_rows(path: Path) -> tuple[dict, ...]:
-    "The rows of a shipped xz JSON-lines file (the corpus, the reviews), read once per process."
-    with lzma.open(path, 'rt', encoding='utf-8') as f: return tuple(json.loads(l) for l in f)
-
-def embedded_records(split: str = 'train'  # 'train' (pretraining), 'heldout' (fine-tuning stand-ins) or 'all'
-                    ) -> list[dict]:
-    "The shipped corpus rows of `split`, in file order, as dicts with `title`, `work`, `text`, `split`."
-    if split not in SPLITS: raise ConfigError(f'split={split!r} is not one of {SPLITS}')
-    return [dict(r) for r in _shipped_rows(corpus_path()) if split == 'all' or r['split'] == split]
-
-def embedded_documents(split: str = 'train'  # 'train', 'heldout' or 'all'
-                      ) -> list[str]:
-    "The texts of the shipped corpus rows of `split`."
-    return [r['text'] for r in embedded_records(split)]
-
-def review_documents() -> list[str]:
-    "The texts of the shipped review documents (pretraining text only: nothing of them is held out)."
-    return [r['text'] for r in _shipped_rows(reviews_path())]
 
 # %% ../nbs/01a_data.ipynb #268ff2ae
 LLAMA3_SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
                         r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 def build_tokenizer(out_dir: str | Path | None = None,  # where to save; the shipped folder when None
-                    vocab_size: int = 8192,             # entries, the three special tokens included
+                    vocab_size: int = EMBEDDED_VOCAB_SIZE,  # entries, the three special tokens included
                     documents: Iterable[str] | None = None,  # training text; the embedded train split when None
                     max_length: int = 2048,             # `model_max_length` recorded in the config (the paper's context limit)
                    ) -> Path:
@@ -745,28 +712,6 @@ def open_store(data: str | Path,        # a store folder, or a source for `build
         raise StoreError(f"{store.folder} was made with tokenizer {store.manifest['tokenizer']['name']!r}, not the "
                          f"run's {tokenizer.name_or_path!r} (their definitions differ)")
     return store
-
-
-def write_hub_layout(folder: str | Path,        # the repo folder to write
-                     documents: list[str],      # the texts, spread over the files in order
-                     subset: str = 'sample-10BT',  # the config name; files go to sample/10BT/
-                     files: int = 2,            # Parquet files
-                     row_group_size: int = 64,  # rows per Parquet row group (a builder unit)
-                    ) -> Path:
-    "Write `documents` as a dataset repo laid out like FineWeb-Edu on the hub (README configs, Parquet with its columns): an offline `repo=`."
-    import pyarrow as pa, pyarrow.parquet as pq
-    folder, part = Path(folder), subset.replace('sample-', 'sample/')
-    (folder/part).mkdir(parents=True, exist_ok=True)
-    for f, chunk in enumerate(np.array_split(np.arange(len(documents)), files)):
-        texts = [documents[i] for i in chunk]
-        table = pa.table(dict(text=texts, id=[f'<urn:uuid:{i}>' for i in chunk], dump=['CC-MAIN-2024-10'] * len(texts),
-                              url=[f'https://example.org/{i}' for i in chunk], language=['en'] * len(texts),
-                              language_score=[0.9] * len(texts), token_count=[len(t.split()) for t in texts],
-                              score=[3.0] * len(texts), int_score=[3] * len(texts)))
-        pq.write_table(table, folder/part/f'{f:03d}_00000.parquet', row_group_size=row_group_size)
-    (folder/'README.md').write_text(f'---\nconfigs:\n- config_name: {subset}\n  data_files:\n  - split: train\n'
-                                    f'    path: {part}/*\n---\n# a stand-in for {FINEWEB_EDU} (mlmclm.data.write_hub_layout)\n')
-    return folder
 
 # %% ../nbs/01a_data.ipynb #23785610
 def pipeline_throughput(data: str | Path = EMBEDDED,  # as in `packed_rows`

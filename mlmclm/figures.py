@@ -6,10 +6,7 @@
 from __future__ import annotations
 
 import functools
-import io
-import json
 import re
-import sys
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -18,11 +15,14 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .core import assets_dir, atomic_path, atomic_write_text, project_root, read_json, read_jsonl
-from .vocab import (ADAMW, CONTROL, E3_STEPS, FAMILIES, FULL_BUDGET, PRETRAIN, PROTOCOL, RATIOS, SIZE_ORDER,
+from .core import atomic_path, atomic_write_text, read_json, read_jsonl
+from .vocab import (ADAMW, CONTROL, FAMILIES, FULL_BUDGET, PRETRAIN, PROTOCOL, RATIOS, SIZE_ORDER,
                           describe_checkpoint, parse_run_name)
-from .results import (DEFAULT_SELECTION, PROTOCOL_AXES, SELECTIONS, aggregate, diff_interval, family_scores,
-                            lr_curve, protocol_cell, protocol_cells, read_results, seed_family_scores, tidy_results)
+from .runs import shard_dir
+from .sizes import flops_per_token, model_config
+from .results import (DEFAULT_SELECTION, FAMILY_SCORE_COLUMNS, PROTOCOL_AXES, RESULT_COLUMNS, SELECTIONS, aggregate,
+                            diff_interval, family_scores, lr_curve, protocol_cell, protocol_cells, read_results, seed_family_scores,
+                            tidy_results)
 from .paper_runs import paper_rows, reported_scores
 
 # %% auto #0
@@ -52,7 +52,7 @@ def study_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> p
 # %% ../nbs/05_figures.ipynb #f2c39860
 def control_scores(control: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
     "Family scores (percent) of the control's rows, with intervals; empty when there are none."
-    if control.empty: return pd.DataFrame(columns=['checkpoint', 'family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets'])
+    if control.empty: return pd.DataFrame(columns=FAMILY_SCORE_COLUMNS)
     fam = family_scores(protocol_cell(paper_rows(control)), selection)
     fam = fam[fam.family.isin(FAMILIES)].copy()
     for c in ('score', 'ci_low', 'ci_high'): fam[c] = fam[c] * 100
@@ -200,7 +200,7 @@ def _pure(df, ratio=0.4):
 def fig_mlm_vs_clm(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     ours = _pure(scores); paper = _pure(ref)
     ours = ours[ours.budget == ours.budget.max()] if len(ours) else ours
-    paper = paper[paper.budget == 42000]
+    paper = paper[paper.budget == FULL_BUDGET]
     sizes = [s for s in SIZE_ORDER if s in set(ours['size']) | set(paper['size'])]
     fig, axes = _facet()
     for ax, fam in zip(axes, FAMILIES):
@@ -287,13 +287,11 @@ def _log_axes(axes):
 
 
 @functools.lru_cache(maxsize=None)
-def paper_flops_per_step(size: str,  # a model size of `mlmclm.model.MODEL_SIZES`
+def paper_flops_per_step(size: str,  # a model size of `mlmclm.sizes.MODEL_SIZES`
                          kind: str,  # 'clm' or 'mlm'
                          mask_ratio: float = 0.4,  # MLM's masked share (its sparse head pays for masked tokens only)
                         ) -> float:
     "Training FLOPs of one pretraining step at the paper's batch (2,304 sequences of 1,024 tokens)."
-    from mlmclm.model import model_config            # torch is imported only when this variant is drawn
-    from mlmclm.objectives import flops_per_token
     per_token = flops_per_token(model_config(size), PRETRAIN.seq_len, 'mlm' if kind == 'mlm' else 'clm', mask_ratio)
     return PRETRAIN.global_batch * PRETRAIN.seq_len * per_token
 
@@ -448,7 +446,7 @@ def fig_biphasic_largest(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
         p = _final(ref)
         p = p[(p['size'] == size) & (p.family == fam)]
         pos = {k: i for i, k in enumerate(order)}
-        p = p[p.kind.isin(order) & (p.budget == 42000) & ((p.kind != 'mlm') | np.isclose(p.mask_ratio.astype(float), 0.4))]
+        p = p[p.kind.isin(order) & (p.budget == FULL_BUDGET) & ((p.kind != 'mlm') | np.isclose(p.mask_ratio.astype(float), 0.4))]
         _paper_points(ax, p.assign(x=p.kind.map(pos)), 'x')
     _finish(fig, axes, f'Appendix figure: biphasic (25% CLM) vs pure objectives at {size or "the largest size"}', scale, '')
     return fig
@@ -724,7 +722,6 @@ def drawable(results: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 def _read_for_figures(p, path: str) -> pd.DataFrame:
     "The results at `path` that can be drawn; exits with a message (no traceback) when there are none."
-    from mlmclm.results import RESULT_COLUMNS, shard_dir
     if not Path(path).exists() and not shard_dir(path).is_dir(): p.exit(2, f'error: results {path} do not exist\n')
     try: results = read_results(path)
     except (OSError, ValueError) as e: p.exit(2, f'error: cannot read results {path}: {e}\n')

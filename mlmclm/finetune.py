@@ -27,18 +27,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .core import (LEASE_S, ConfigError, append_jsonl, atomic_path, atomic_write_json, config_hash, pick_device,
-                         pick_dtype, project_root, read_json, read_jsonl, seed_everything, write_run_record)
-from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL
+from .core import (LEASE_S, ConfigError, atomic_path, atomic_write_json, config_hash, pick_device, pick_dtype,
+                         project_root, read_json, seed_everything, write_run_record)
+from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS
 from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir
-from .model import HEADS, Head, TaskModel, build_model, check_checkpoint, default_backend, layout_of, load, save
+from .model import HEADS, Head, TaskModel, Transformer, build_model, check_checkpoint, default_backend, layout_of, load, save
 from .data import load_tokenizer, tokenizer_sha
 from .objectives import adamw
 from .packing import HEAD_LOSSES, HeadLoss, batch_backward, collate_packed, collate_padded, micro_batches, unpack_examples, unpack_tokens
 from .tasks import (TASKS, Task, entity_f1, load_task, majority_tag, ndcg_encodeval, ndcg_standard,
                           position_set_f1, resolve_tasks, sentence_macro_f1, squad_em, squad_f1)
 from .results import (StoreWriter, check_checkpoint_name, check_store_path, checkpoint_identity, code_version,
-                            current_rows, family_scores, load_results, missing, read_rows)
+                            current_rows, missing, read_rows)
 
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'TOKENS_PER_GIB', 'FEATURES_MAGIC', 'KINDS', 'ST_POOLING', 'wrap', 'encode_sequence',
@@ -774,7 +774,6 @@ def save_sentence_transformer(model: TaskModel, tok, folder: str | Path,
                               special_tokens: str = 'eos',             # the inputs' special tokens (`wrap`)
                              ) -> Path:
     "Save an embedding `TaskModel` as a SentenceTransformer folder (Llama layout, bidirectional, the model's pooling)."
-    from mlmclm.model import Transformer
     folder = Path(folder)
     base = Transformer(dataclasses.replace(model.config, is_causal=False))
     base.model.load_state_dict(model.model.state_dict())

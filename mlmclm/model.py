@@ -21,70 +21,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from transformers import LlamaForCausalLM
+from transformers import AutoModelForMaskedLM, LlamaConfig, LlamaForCausalLM
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from .core import ConfigError, atomic_path, atomic_write_json, build_config, param, pick_dtype
+from .core import ConfigError, atomic_path, atomic_write_json, build_config, pick_dtype
+from .sizes import ModelConfig, model_config
 
 # %% auto #0
-__all__ = ['MODEL_SIZES', 'HALF', 'POOLINGS', 'HEADS', 'SUPPORTED_MODEL_TYPES', 'ModelConfig', 'model_config', 'RMSNorm', 'MLP',
-           'Rotary', 'rotate_half', 'apply_rope', 'allowed_attention', 'varlen_layout', 'host_layout', 'layout_of',
-           'reference_varlen', 'varlen_kernel', 'attention_kernel', 'default_backend', 'sdpa_inputs', 'Attention',
-           'Block', 'document_positions', 'unpad', 'repad', 'Body', 'Output', 'Transformer', 'build_model', 'mean_pool',
-           'pool', 'pool_padded', 'real_tokens', 'Head', 'TaskModel', 'compile_blocks', 'HostSyncs',
+__all__ = ['HALF', 'POOLINGS', 'HEADS', 'SUPPORTED_MODEL_TYPES', 'RMSNorm', 'MLP', 'Rotary', 'rotate_half', 'apply_rope',
+           'allowed_attention', 'varlen_layout', 'host_layout', 'layout_of', 'reference_varlen', 'varlen_kernel',
+           'attention_kernel', 'default_backend', 'sdpa_inputs', 'Attention', 'Block', 'document_positions', 'unpad',
+           'repad', 'Body', 'Output', 'Transformer', 'build_model', 'mean_pool', 'pool', 'pool_padded', 'real_tokens',
+           'Head', 'TaskModel', 'compile_blocks', 'HostSyncs', 'LlamaForMaskedLM', 'register_with_transformers',
            'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder', 'check_checkpoint', 'load',
-           'parity_error', 'LlamaForMaskedLM', 'register_with_transformers']
-
-# %% ../nbs/01_model.ipynb #fbeb67a8
-@dataclass
-class ModelConfig:
-    vocab_size: int = param(128256, 'vocabulary size (Llama-3 tokenizer)', low=1)
-    hidden_size: int = param(768, 'model width', low=1)
-    num_hidden_layers: int = param(12, 'transformer blocks', low=1)
-    num_attention_heads: int = param(12, 'query heads', low=1)
-    num_key_value_heads: int = param(12, 'key/value heads (GQA when fewer than query heads)', low=1)
-    head_dim: int = param(64, 'width of one head', low=2)
-    intermediate_size: int = param(3072, 'SwiGLU inner width', low=1)
-    rope_theta: float = param(10000.0, 'RoPE base', low=0.0, low_open=True)
-    rope_parameters: dict | None = param(None, "HF rope_parameters for non-default RoPE types (e.g. Llama-3.1's 'llama3')")
-    max_position_embeddings: int = param(2048, 'longest context the model is meant for', low=1)
-    rms_norm_eps: float = param(1e-5, 'RMSNorm epsilon', low=0.0, low_open=True)
-    initializer_range: float = param(0.02, 'std of the normal init', low=0.0, low_open=True)
-    tie_word_embeddings: bool = param(False, 'LM head shares the input embedding (protocol.md §1: untied)')
-    attention_bias: bool = param(False, 'biases on q/k/v/o projections (Qwen2-style checkpoints)')
-    is_causal: bool = param(False, 'attention mode recorded in saved checkpoints')
-    attn_backend: str = param('sdpa', 'attention kernel', choices=('sdpa', 'eager', 'flash'))
-    bos_token_id: int | None = param(128000, 'begin-of-text id')
-    eos_token_id: int | None = param(128001, 'end-of-text id')
-    pad_token_id: int | None = param(128001, 'padding id')
-    mask_token_id: int | None = param(128002, 'MLM mask id')
-
-    def __post_init__(self):
-        if self.num_attention_heads % self.num_key_value_heads:
-            raise ConfigError(f'num_key_value_heads={self.num_key_value_heads} must divide '
-                              f'num_attention_heads={self.num_attention_heads}')
-        if self.head_dim % 2: raise ConfigError(f'head_dim={self.head_dim} must be even for RoPE')
-
-# %% ../nbs/01_model.ipynb #620ca803
-MODEL_SIZES: dict[str, dict] = {
-    'tiny': dict(vocab_size=8192, hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                 head_dim=32, intermediate_size=384, max_position_embeddings=1024,
-                 bos_token_id=0, eos_token_id=1, pad_token_id=1, mask_token_id=2),
-    '210m': dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, num_key_value_heads=12, head_dim=64,
-                 intermediate_size=3072),
-    '610m': dict(hidden_size=1152, num_hidden_layers=26, num_attention_heads=18, num_key_value_heads=6, head_dim=64,
-                 intermediate_size=4096),
-    # our best reading (protocol.md §1); an alternative seen is num_hidden_layers=26, intermediate_size=4096
-    '1b': dict(hidden_size=1728, num_hidden_layers=28, num_attention_heads=18, num_key_value_heads=6, head_dim=96,
-               intermediate_size=5120),
-}
-
-def model_config(size: str | ModelConfig = 'tiny',  # a key of `MODEL_SIZES`, or a ready config
-                 **overrides) -> ModelConfig:         # any `ModelConfig` field, checked
-    "The `ModelConfig` of a named size with `overrides` applied."
-    if isinstance(size, ModelConfig): return build_config(ModelConfig, dataclasses.asdict(size), **overrides)
-    if size not in MODEL_SIZES:
-        raise ConfigError(f'unknown model size {size!r}; choose one of {list(MODEL_SIZES)}')
-    return build_config(ModelConfig, MODEL_SIZES[size], **overrides)
+           'parity_error']
 
 # %% ../nbs/01_model.ipynb #02bd253c
 class RMSNorm(nn.Module):
@@ -117,8 +67,6 @@ class Rotary(nn.Module):
         self.scaling = 1.0
         if cfg.rope_parameters and cfg.rope_parameters.get('rope_type', 'default') != 'default':
             # scaled variants (llama3, yarn, ...) come from transformers' maintained implementations
-            from transformers import LlamaConfig
-            from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
             hf = LlamaConfig(**to_llama_config_dict(cfg))
             inv_freq, self.scaling = ROPE_INIT_FUNCTIONS[cfg.rope_parameters['rope_type']](hf, None)
         else:
@@ -611,6 +559,18 @@ class HostSyncs(TorchDispatchMode):
         if _waits(func, args, kwargs): self.ops[func.overloadpacket.__name__] += 1
         return func(*args, **kwargs)
 
+# %% ../nbs/01_model.ipynb #3d68a1e9
+class LlamaForMaskedLM(LlamaForCausalLM):
+    "`LlamaForCausalLM` run bidirectionally: the masked-LM view of an mlmclm checkpoint."
+    def __init__(self, config):
+        config.is_causal = False
+        super().__init__(config)
+
+
+def register_with_transformers() -> None:
+    "Let `AutoModelForMaskedLM` (and so `pipeline('fill-mask')`) open Llama-layout MLM checkpoints (`save` and `load` call it)."
+    AutoModelForMaskedLM.register(LlamaConfig, LlamaForMaskedLM, exist_ok=True)   # a dictionary entry: no weights, no network
+
 # %% ../nbs/01_model.ipynb #f0b6f219
 def to_llama_config_dict(cfg: ModelConfig) -> dict:
     "The `transformers.LlamaConfig` fields of `cfg`."
@@ -630,6 +590,7 @@ def save(model: Transformer,
         ) -> Path:
     "Save `model` as a Hugging Face Llama checkpoint."
     from safetensors.torch import save_file
+    register_with_transformers()   # the checkpoint opens in `pipeline('fill-mask')` from this process on
     path = Path(path); path.mkdir(parents=True, exist_ok=True)
     cfg = model.config if is_causal is None else dataclasses.replace(model.config, is_causal=is_causal)
     weights = model.state_dict() if weights is None else weights
@@ -743,6 +704,7 @@ def load(path_or_name: str | Path,       # our checkpoint, a HF Llama-family dec
          strict: bool = True,            # refuse unexpected weights
         ) -> Transformer:
     "Load a checkpoint (local folder or hub id) as our `Transformer`."
+    register_with_transformers()   # as `save`: the checkpoint opens in `pipeline('fill-mask')` from this process on
     folder = _resolve(path_or_name)
     if is_state_folder(folder): raise _not_a_model('checkpoint', str(path_or_name))
     if not (folder/'config.json').is_file(): raise FileNotFoundError(f'{folder} has no config.json')
@@ -774,18 +736,3 @@ def parity_error(a: nn.Module, b: nn.Module, input_ids: torch.Tensor, is_causal:
         ours = a(input_ids, is_causal=is_causal).logits
         theirs = b(input_ids).logits
     return (ours.float() - theirs.float()).abs().max().item()
-
-# %% ../nbs/01_model.ipynb #3d68a1e9
-class LlamaForMaskedLM(LlamaForCausalLM):
-    "`LlamaForCausalLM` run bidirectionally: the masked-LM view of an mlmclm checkpoint."
-    def __init__(self, config):
-        config.is_causal = False
-        super().__init__(config)
-
-
-def register_with_transformers() -> None:
-    "Let `AutoModelForMaskedLM` (and so `pipeline('fill-mask')`) open Llama-layout MLM checkpoints."
-    from transformers import AutoModelForMaskedLM, LlamaConfig
-    AutoModelForMaskedLM.register(LlamaConfig, LlamaForMaskedLM, exist_ok=True)
-
-register_with_transformers()   # a dictionary entry in transformers: no weights, no network

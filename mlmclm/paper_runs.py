@@ -9,21 +9,19 @@ import hashlib
 import json
 import math
 import re
-import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from .core import ConfigError, assets_dir, atomic_path, atomic_write_text, read_jsonl, to_json
+from .core import ConfigError, assets_dir
 from .vocab import FAMILIES, PAPER_DATASETS, describe_checkpoint, parse_run_name
 from .results import (DEFAULT_SELECTION, SELECTIONS, StoreWriter, check_store_path, code_version, counted,
                             current_rows, family_scores, load_results, read_rows, row_problem, run_key)
 
 # %% auto #0
-__all__ = ['RUN_DIR', 'NOT_IN_PAPER', 'KNOWN_DATASETS', 'reported_scores', 'parse_result_path', 'read_result_file', 'import_tree',
-           'write_fixture_tree', 'paper_rows', 'compare_with_paper', 'main']
+__all__ = ['RUN_DIR', 'NOT_IN_PAPER', 'KNOWN_DATASETS', 'IMPORT_BATCH', 'reported_scores', 'parse_result_path',
+           'read_result_file', 'import_tree', 'paper_rows', 'compare_with_paper', 'main']
 
 # %% ../nbs/03c_paper_runs.ipynb #752dd013
 def _reported_name(row) -> str:
@@ -99,10 +97,12 @@ def read_result_file(path: Path) -> dict:
                 source_sha256=hashlib.sha256(raw).hexdigest()[:16])
 
 # %% ../nbs/03c_paper_runs.ipynb #6c4d7de6
+IMPORT_BATCH = 500   # rows of the authors' tree written (and fsynced) at a time
+
 def import_tree(root: str | Path,           # the `results/` folder of a clone of hgissbkh/EncodEval (or its parent)
                 store: str | Path,          # our results store (.jsonl) to add the rows to
                 progress: bool = True,
-                batch: int = 500,           # rows per write (and fsync)
+                batch: int = IMPORT_BATCH,  # rows per write (and fsync)
                ) -> dict:
     "Import every results.json below `root` not yet in `store`; returns counts, skipped files with reasons, files per second."
     from tqdm.auto import tqdm
@@ -130,33 +130,6 @@ def import_tree(root: str | Path,           # the `results/` folder of a clone o
     elapsed = time.perf_counter() - t0
     return dict(files=len(files), imported=imported, already_there=len(files) - imported - len(skipped),
                 skipped=skipped, files_per_s=len(files) / max(elapsed, 1e-9))
-
-# %% ../nbs/03c_paper_runs.ipynb #a394ff45
-def write_fixture_tree(root: str | Path, models=('610m-mlm40-42k', '610m-clm-42k'), lrs=(1e-5, 1e-4), seeds=(0, 1, 2),
-                       n_examples: int = 50) -> Path:
-    "A small tree in the EncodEval layout with known scores (used by the tests and the docs)."
-    root = Path(root)/'results'
-    rng = np.random.default_rng(0)
-    datasets = [('SC', 'sst2', ''), ('SC', 'qqp', ''), ('QA', 'squad', ''), ('IR', 'nq', 'msmarco_pairs_')]
-    for i, model in enumerate(models):
-        for family, ds, prefix in datasets:
-            for lr in lrs:
-                for s in seeds:
-                    # score = 0.5 + 0.08 * model index + 0.05 at the larger LR, plus seed noise (< 1 for 5 models)
-                    p = 0.5 + 0.08 * i + (0.05 if lr == max(lrs) else 0) + 0.01 * s
-                    scores = (rng.random(n_examples) < p).astype(float)
-                    run = root/model/family/ds/f'{prefix}lr{lr:.0e}_sd{s}'
-                    run.mkdir(parents=True, exist_ok=True)
-                    (run/'results.json').write_text(json.dumps({
-                        'validation': {'score': p, 'scores_i': [p] * 3},
-                        'test': {'score': float(scores.mean()), 'scores_i': scores.tolist()}}))
-    bad = root/models[0]/'SC'/'sst2'/'lr5e-04_sd0'; bad.mkdir(parents=True, exist_ok=True)
-    (bad/'results.json').write_text('{"validation": {"score": 0.5}')                      # truncated JSON
-    odd = root/'610m-bert-42k'/'SC'/'sst2'/'lr1e-04_sd0'; odd.mkdir(parents=True, exist_ok=True)
-    (odd/'results.json').write_text('{"validation": {"score": 0.5}, "test": {"score": 0.5}}')   # unknown name
-    weird = root/models[0]/'SC'/'sst2'/'best'; weird.mkdir(parents=True, exist_ok=True)
-    (weird/'results.json').write_text('{"validation": {"score": 0.5}, "test": {"score": 0.5}}')  # odd run folder
-    return root
 
 # %% ../nbs/03c_paper_runs.ipynb #1d4618b8
 def paper_rows(results: pd.DataFrame) -> pd.DataFrame:
@@ -187,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     imp = sub.add_parser('import', help="import the authors' published results")
     imp.add_argument('path', help='EncodEval clone or its results/ folder')
     imp.add_argument('--results', default='runs/paper/results.jsonl', help='results store to write')
-    imp.add_argument('--batch', type=int, default=500, help='rows per write (and fsync)')
+    imp.add_argument('--batch', type=int, default=IMPORT_BATCH, help='rows per write (and fsync)')
     args = p.parse_args(argv)
     try: report = import_tree(args.path, args.results, batch=args.batch)
     except (ConfigError, OSError) as e: p.exit(2, f'error: {e}\n')

@@ -29,19 +29,19 @@ from .core import (ClaimHeld, ConfigError, append_jsonl, atomic_write_json, atom
                          write_run_record)
 from .vocab import AdamW, Phase, parse_schedule, phase_at, switch_steps
 from .runs import PretrainConfig, grad_accum, pretrain_config, pretrain_run
+from .sizes import FLOP_CONVENTION, flops_per_token, memory_estimate, memory_line, model_config
+from .corpus import EMBEDDED_SOURCES
 from .model import (Transformer, attention_kernel, build_model, check_checkpoint, compile_blocks, config_from_hf,
-                          default_backend, load, model_config, save)
-from .data import EMBEDDED_SOURCES, TokenStore, load_tokenizer, open_store
-from .objectives import (adamw, attention_span, device_peak_flops, flops_per_token, lm_loss, make_batch,
-                               memory_estimate, memory_line, wsd_schedule)
+                          default_backend, load, save)
+from .data import TokenStore, load_tokenizer, open_store
+from .objectives import MEASURED, adamw, attention_span, device_peak_flops, lm_loss, make_batch, wsd_schedule
 
 # %% auto #0
-__all__ = ['COMPLETE', 'STATE_MANIFEST', 'STATE_CHECKSUMS', 'HELDOUT_SEED', 'FLOP_CONVENTION', 'resolve_phases',
-           'check_pretrain_config', 'step_batches', 'prefetched', 'recover_swaps', 'state_folder',
-           'save_training_state', 'load_training_state', 'StateError', 'seal_state', 'check_state', 'TrainState', 'Run',
-           'heldout_first_token', 'setup', 'batch_stream', 'train_step', 'heldout_batches', 'heldout_loss',
-           'Throughput', 'log_metrics', 'keep_checkpoint', 'save_if_due', 'pretrain', 'command_config', 'main',
-           'loss_figure']
+__all__ = ['COMPLETE', 'STATE_MANIFEST', 'STATE_CHECKSUMS', 'HELDOUT_SEED', 'resolve_phases', 'check_pretrain_config',
+           'step_batches', 'prefetched', 'recover_swaps', 'state_folder', 'save_training_state', 'load_training_state',
+           'StateError', 'seal_state', 'check_state', 'TrainState', 'Run', 'heldout_first_token', 'setup',
+           'batch_stream', 'train_step', 'heldout_batches', 'heldout_loss', 'Throughput', 'log_metrics',
+           'keep_checkpoint', 'save_if_due', 'pretrain', 'command_config', 'main', 'loss_figure']
 
 # %% ../nbs/02_pretrain.ipynb #7dbd8cd7
 def resolve_phases(cfg: PretrainConfig) -> list[Phase]:
@@ -451,7 +451,7 @@ class Run:
     data_offset: int = 0     # the store token where row 0 of this run begins
     grad_accum: int = 1      # micro-batches per step and process (`mlmclm.runs.grad_accum`)
     claim: object = None     # the main process's claim on the run (`mlmclm.core.Claim`), held while it trains
-    memory: dict | None = None   # the estimated peak memory of one process (`mlmclm.objectives.memory_estimate`)
+    memory: dict | None = None   # the estimated peak memory of one process (`mlmclm.sizes.memory_estimate`)
     heldout: dict = dataclasses.field(default_factory=dict)   # the held-out micro-batches of each phase, made once
 
     @property
@@ -682,14 +682,14 @@ def _compiles(cfg: PretrainConfig, device) -> bool:
 
 
 def _memory(run) -> dict:
-    "The estimated peak memory of one process of `run` (`mlmclm.objectives.memory_estimate`) in its costliest phase."
+    "The estimated peak memory of one process of `run` (`mlmclm.sizes.memory_estimate`, measured for its shape) in its costliest phase."
     cfg = run.cfg
     def estimate(phase):
         return memory_estimate(run.raw_model.config, run.sharding, run.acc.num_processes, micro_batch=cfg.batch_size,
                                seq_len=cfg.seq_len, objective=phase.objective, mask_ratio=phase.mask_ratio or 0.4,
                                sparse_head=cfg.sparse_head, ce_chunk=cfg.ce_chunk, grad_ckpt=cfg.gradient_checkpointing,
                                grad_accum=run.grad_accum, bf16=run.acc.mixed_precision == 'bf16',
-                               attn_backend=run.backend, bucket_view=run.sharding == 'ddp')
+                               attn_backend=run.backend, bucket_view=run.sharding == 'ddp', **MEASURED)
     return max(map(estimate, run.phases), key=lambda e: e['peak_gib'])
 
 
@@ -796,8 +796,6 @@ class Throughput:
         self.t, self.tokens = now, tokens_seen
         return tps
 
-
-FLOP_CONVENTION = '6N (head incl., embeddings excl.) + 12*L*T*d_attn per token'
 
 def log_metrics(run: Run, state: TrainState, phase_index: int, phase: Phase, loss: float, lr: float,
                 throughput: Throughput,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import math
 import os
 import re
@@ -28,12 +27,12 @@ from .vocab import PROTOCOL_AXES
 from .runs import FinetuneRun, run_key, shard_dir
 
 # %% auto #0
-__all__ = ['RESULT_KEYS', 'RESULT_COLUMNS', 'SELECTIONS', 'DEFAULT_SELECTION', 'check_store_path', 'row_problem', 'scan_store',
-           'read_rows', 'current_rows', 'load_results', 'unique_runs', 'tidy_results', 'read_results', 'code_version',
-           'writer_id', 'StoreWriter', 'read_examples', 'checkpoint_identity', 'check_checkpoint_name', 'missing',
-           'shard_state', 'compact', 'store_health', 'describe_health', 'counted', 't_interval', 'select_lr',
-           'aggregate', 'seed_family_scores', 'family_scores', 'lr_curve', 'lr_sensitivity', 'protocol_cell',
-           'protocol_cells', 'diff_interval', 'bootstrap_intervals', 'main']
+__all__ = ['RESULT_KEYS', 'RESULT_COLUMNS', 'SELECTIONS', 'DEFAULT_SELECTION', 'FAMILY_SCORE_COLUMNS', 'check_store_path',
+           'row_problem', 'scan_store', 'read_rows', 'current_rows', 'load_results', 'unique_runs', 'tidy_results',
+           'read_results', 'code_version', 'writer_id', 'StoreWriter', 'read_examples', 'checkpoint_identity',
+           'check_checkpoint_name', 'missing', 'shard_state', 'compact', 'store_health', 'describe_health', 'counted',
+           't_interval', 'select_lr', 'aggregate', 'seed_family_scores', 'family_scores', 'lr_curve', 'lr_sensitivity',
+           'protocol_cell', 'protocol_cells', 'diff_interval', 'bootstrap_intervals', 'main']
 
 # %% ../nbs/03a_results.ipynb #8be1669b
 RESULT_KEYS = ('checkpoint_name', 'dataset', 'lr', 'seed')
@@ -538,6 +537,8 @@ def seed_family_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION
     return out.rename(columns={'checkpoint_name': 'checkpoint'})
 
 
+FAMILY_SCORE_COLUMNS = ['checkpoint', 'family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets']   # `family_scores`' table
+
 def family_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
     "Per (checkpoint, family): mean over its datasets, CI over seeds of the per-seed family mean."
     n_ds = select_lr(results, selection).groupby(['checkpoint_name', 'family']).dataset.nunique()
@@ -545,7 +546,7 @@ def family_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> 
     for (ck, fam), g in seed_family_scores(results, selection).groupby(['checkpoint', 'family']):
         m, lo, hi = t_interval(g.test_score)
         rows.append(dict(checkpoint=ck, family=fam, score=m, ci_low=lo, ci_high=hi, n_seeds=len(g), n_datasets=int(n_ds[(ck, fam)])))
-    return pd.DataFrame(rows, columns=['checkpoint', 'family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets'])
+    return pd.DataFrame(rows, columns=FAMILY_SCORE_COLUMNS)
 
 
 def lr_curve(results: pd.DataFrame) -> pd.DataFrame:

@@ -22,13 +22,13 @@ from pathlib import Path
 
 from .core import HOST, LEASE_S, ClaimHeld, ConfigError, atomic_write_text, project_root, read_json, read_jsonl
 from .vocab import (CONTROL, FINETUNE, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN,
-                          PROTOCOL_AXES, SIZE_ORDER, EMBEDDED_TASKS, Phase, RunName, describe_checkpoint, paper_experiments,
-                          parse_run_name, run_name)
+                          PROTOCOL_AXES, SIZE_ORDER, EMBEDDED_TASKS, RunName, paper_experiments, parse_run_name,
+                          parse_schedule)
 from .runs import (FinetuneConfig, FinetuneRun, PretrainRun, claim_status, finetune_grid, finetune_runs,
                          grad_accum, pretrain_config, work_claim_path)
 from .results import missing
-from .model import MODEL_SIZES, model_config
-from .objectives import flops_per_token
+from .sizes import (MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU, flops_per_token, memory_estimate, memory_line, model_config,
+                          param_counts)
 
 # %% auto #0
 __all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERMEDIATE', 'ABLATION_CHECKPOINTS', 'PRESETS',
@@ -207,7 +207,7 @@ def paper_plan(intermediate: str = 'all',   # 'all' (the authors' grid) or 'one-
 # %% ../nbs/04_study.ipynb #ba4fc2ab
 @dataclass
 class Costs:
-    peak_flops: float = 989e12            # dense bf16 peak of the GPU (H100 SXM)
+    peak_flops: float = PEAK_FLOPS[PLANNER_GPU].flops   # dense bf16 peak of the GPU (H100 SXM)
     mfu: float = 0.40                     # sustained model-FLOPs utilisation assumed
     tokens_per_step: int = PRETRAIN.global_batch * PRETRAIN.seq_len   # the paper's batch
     seq_len: int = PRETRAIN.seq_len
@@ -218,7 +218,7 @@ class Costs:
 
 @functools.lru_cache(maxsize=None)
 def _flops_per_token(size: str, seq_len: int, objective: str, mask_ratio: float) -> float:
-    return flops_per_token(model_config(size), seq_len, objective, mask_ratio)   # builds a meta model: once per shape
+    return flops_per_token(model_config(size), seq_len, objective, mask_ratio)
 
 
 def run_flops(plan: StudyPlan, run: PlannedRun, costs: Costs = Costs(), size: str | None = None) -> float:
@@ -254,12 +254,9 @@ def finetune_flops(plan: StudyPlan, costs: Costs = Costs()) -> float:
     return total
 
 
-@functools.lru_cache(maxsize=None)
 def _body_params(size: str) -> int:
-    import torch
-    from mlmclm.model import Transformer
-    with torch.device('meta'): m = Transformer(model_config(size))
-    return m.num_parameters() - m.config.vocab_size * m.config.hidden_size
+    "Parameters of the blocks and the final norm (what fine-tuning trains besides the embedding and a small head)."
+    return param_counts(size)['body']
 
 
 def estimate(plan: StudyPlan, costs: Costs = Costs()):
@@ -561,6 +558,7 @@ def finetune_workers(workers: int | None,  # None: one per GPU, else one on a ma
     return list(gpus[:workers]) if gpus else [None] * workers
 
 
+@contextlib.contextmanager
 def _step_bar(metrics: Path, total: int, desc: str, show: bool):
     "A bar of a pretraining run's steps, fed from its `metrics.jsonl` while the notebook trains it in another process."
     from tqdm.auto import tqdm
@@ -692,9 +690,7 @@ def measured_finetune_line(plan: StudyPlan, costs: Costs = Costs(), folder: str 
 # %% ../nbs/04_study.ipynb #f768ad12
 def memory_lines(plan: StudyPlan, gpus: int = PRETRAIN.gpus) -> list[str]:
     """Per model size of the plan: the estimated peak memory of one process of its costliest run as the plan sets it
-    (`mlmclm.objectives.memory_estimate`; the paper's plans on `gpus` GPUs, the demo on one CPU process)."""
-    from mlmclm.objectives import memory_estimate, memory_line
-    from mlmclm.vocab import parse_schedule
+    (`mlmclm.sizes.memory_estimate`; the paper's plans on `gpus` GPUs, the demo on one CPU process)."""
     processes = gpus if plan.pretrain_preset == 'paper' else 1
     worst = {}
     for run in plan.runs.values():
@@ -710,7 +706,7 @@ def memory_lines(plan: StudyPlan, gpus: int = PRETRAIN.gpus) -> list[str]:
 
 
 def describe(plan: StudyPlan, costs: Costs = Costs(),
-             memory: bool = False,   # add the memory estimate of each size (measures activations on the CPU: seconds)
+             memory: bool = False,   # add the memory estimate of each size
             ) -> str:
     "The plan's counts and compute estimate, as printed by `plan`."
     est = estimate(plan, costs)

@@ -19,7 +19,7 @@ import numpy as np
 
 from .core import ConfigError, assets_dir
 from .vocab import EMBEDDED_TASKS, FAMILIES, FINETUNE, PAPER_DATASETS, PAPER_TASKS, TRAIN_ON
-from .data import embedded_records
+from .corpus import embedded_records
 
 # %% auto #0
 __all__ = ['TASK_SPLITS', 'GLUE_COLUMNS', 'TWEET_TAGS', 'SPEAKER_TAG', 'WORD', 'NAME_TAGS', 'DATA_SOURCES', 'CONLL_TAGS',

@@ -185,7 +185,7 @@ def describe_checkpoint(name: str) -> dict:
 CONTROL = 'tiny-random'   # the randomly initialised tiny model (no pretraining): the demo's reference line
 
 # %% ../nbs/00a_vocab.ipynb #b08b90c9
-SIZES = ('210m', '610m', '1b')
+SIZES = tuple(s for s in SIZE_ORDER if s != 'tiny')   # the paper's sizes: 210m, 610m, 1b
 RATIOS = (20, 30, 40, 50)                          # masking ratios (%) of E1/E2 and E6
 BUDGETS = {12000: (3000, 6000, 9000), 22000: (5000, 11000, 17000), 42000: (10000, 21000, 32000)}  # E5: 25/50/75% CLM
 E3_STEPS = (1000, 2000, 5000, 10000, 20000, 40000) # intermediate checkpoints of the 610m CLM and MLM-40 runs

@@ -3,8 +3,16 @@ configs, split names, column names and types, so the real loaders of `mlmclm.tas
 
 Two families of tables: the authors' sources (`data_source='encodeval'`: the `hgissbkh/*` copies and BEIR, as
 hgissbkh/EncodEval's `encodeval/datasets.py` reads them) and the canonical ones (`data_source='canonical'`). For the
-authors' copies only the columns their code reads (or renames) are known; anything beyond that is marked unverified."""
+authors' copies only the columns their code reads (or renames) are known; anything beyond that is marked unverified.
+
+Also `write_hub_layout`: a dataset repo on disk laid out like FineWeb-Edu on the hub, for the token-store builder
+(`tests/test_token_store.py`, `nbs/01a_data.ipynb`)."""
+from pathlib import Path
 from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from mlmclm.tasks import CONLL_TAGS, TASK_SPLITS, UNER_TAGS
 
@@ -113,3 +121,24 @@ def fake_hub_tables() -> dict:
     t = {}
     for add in (_shared_tables, _encodeval_tables, _canonical_tables): add(t)
     return t
+
+
+def write_hub_layout(folder: str | Path,        # the repo folder to write
+                     documents: list[str],      # the texts, spread over the files in order
+                     subset: str = 'sample-10BT',  # the config name; files go to sample/10BT/
+                     files: int = 2,            # Parquet files
+                     row_group_size: int = 64,  # rows per Parquet row group (a builder unit)
+                    ) -> Path:
+    "Write `documents` as a dataset repo laid out like FineWeb-Edu on the hub (README configs, Parquet with its columns): an offline `repo=`."
+    folder, part = Path(folder), subset.replace('sample-', 'sample/')
+    (folder/part).mkdir(parents=True, exist_ok=True)
+    for f, chunk in enumerate(np.array_split(np.arange(len(documents)), files)):
+        texts = [documents[i] for i in chunk]
+        table = pa.table(dict(text=texts, id=[f'<urn:uuid:{i}>' for i in chunk], dump=['CC-MAIN-2024-10'] * len(texts),
+                              url=[f'https://example.org/{i}' for i in chunk], language=['en'] * len(texts),
+                              language_score=[0.9] * len(texts), token_count=[len(t.split()) for t in texts],
+                              score=[3.0] * len(texts), int_score=[3] * len(texts)))
+        pq.write_table(table, folder/part/f'{f:03d}_00000.parquet', row_group_size=row_group_size)
+    (folder/'README.md').write_text(f'---\nconfigs:\n- config_name: {subset}\n  data_files:\n  - split: train\n'
+                                    f'    path: {part}/*\n---\n# a stand-in for HuggingFaceFW/fineweb-edu (tests/fake_hub.py: write_hub_layout)\n')
+    return folder

@@ -28,6 +28,7 @@ import torch
 
 import mlmclm.finetune as ft
 import mlmclm.paper_runs as pr
+from fake_encodeval import write_fixture_tree
 import mlmclm.results as res
 from mlmclm.core import ConfigError, WriteError, build_config, project_root
 from mlmclm.results import load_results, read_rows, run_key
@@ -154,7 +155,7 @@ def test_sweep_killed_at_a_random_moment_resumes_exactly(tmp_path, worker, point
 
 
 def test_import_killed_mid_write_resumes_exactly(tmp_path, worker):
-    pr.write_fixture_tree(tmp_path/'E')                         # 48 good files, 3 bad
+    write_fixture_tree(tmp_path/'E')                         # 48 good files, 3 bad
     store = tmp_path/'results.jsonl'
     p = worker(dict(what='import', tree=str(tmp_path/'E'), store=str(store), args=['--batch', '10'],
                     kill_at_write=3, kill_path=SHARD_ROWS))
@@ -267,7 +268,7 @@ def test_disk_full_during_a_sweep_names_the_file_and_keeps_earlier_rows(tmp_path
 
 
 def test_io_error_on_fsync_during_an_import_names_the_file_and_keeps_earlier_rows(tmp_path, monkeypatch):
-    pr.write_fixture_tree(tmp_path/'E')
+    write_fixture_tree(tmp_path/'E')
     store = tmp_path/'results.jsonl'
     fail_writes(monkeypatch, 'fsync', errno.EIO, nth=3)
     with pytest.raises(WriteError, match=r'Input/output error: could not append to .*results\.d/'):
@@ -279,7 +280,7 @@ def test_io_error_on_fsync_during_an_import_names_the_file_and_keeps_earlier_row
 
 
 def test_file_size_limit_during_an_import_is_a_clear_error_and_a_rerun_completes(tmp_path, worker):
-    pr.write_fixture_tree(tmp_path/'E')
+    write_fixture_tree(tmp_path/'E')
     store = tmp_path/'results.jsonl'
     p = worker(dict(what='import', tree=str(tmp_path/'E'), store=str(store), args=['--batch', '10'], fsize=12_000))
     out, err = p.communicate(timeout=300)
@@ -399,7 +400,7 @@ def quietly(f, *a, **k):
 
 # ---------------------------------------------------------------- 27.1: compaction keeps every per-example score
 def test_compact_keeps_the_validation_and_test_scores_of_every_run(tmp_path):
-    pr.write_fixture_tree(tmp_path/'E')
+    write_fixture_tree(tmp_path/'E')
     store = tmp_path/'results.jsonl'
     pr.import_tree(tmp_path/'E', store, progress=False)
     before = {s: res.read_examples(store, s) for s in ('val', 'test')}
@@ -666,7 +667,7 @@ def test_workers_carry_on_while_the_claims_folder_is_deleted_again_and_again(tmp
 
 # ---------------------------------------------------------------- 27.18: a run folder the store would refuse
 def test_a_run_folder_of_learning_rate_zero_is_skipped_and_named(tmp_path):
-    pr.write_fixture_tree(tmp_path/'E')
+    write_fixture_tree(tmp_path/'E')
     zero = tmp_path/'E'/'results'/'610m-clm-42k'/'SC'/'sst2'/'lr0_sd0'; zero.mkdir()
     (zero/'results.json').write_text('{"validation": {"score": 0.5}, "test": {"score": 0.5}}')
     report = pr.import_tree(tmp_path/'E', tmp_path/'results.jsonl', progress=False)
@@ -678,7 +679,7 @@ def test_a_run_folder_of_learning_rate_zero_is_skipped_and_named(tmp_path):
 # ---------------------------------------------------------------- 26: rows that do not count toward the paper's families
 def test_rows_outside_the_papers_families_count_in_no_aggregation(tmp_path):
     import pandas as pd
-    pr.write_fixture_tree(tmp_path/'E')
+    write_fixture_tree(tmp_path/'E')
     for lr in (1e-5, 1e-4):
         for s in range(3):                                      # the authors' `qed`: a QA set the paper leaves out
             run = tmp_path/'E'/'results'/'610m-clm-42k'/'QA'/'qed'/f'lr{lr:.0e}_sd{s}'; run.mkdir(parents=True)

@@ -11,9 +11,10 @@ import torch.nn.functional as F
 import mlmclm.model as model_module
 from mlmclm.core import ConfigError
 from mlmclm.model import (HostSyncs, TaskModel, Transformer, _varlen_kernels, attention_kernel, build_model,
-                          default_backend, host_layout, layout_of, model_config, reference_varlen)
-from mlmclm.objectives import (GIB, IGNORE, MemoryMeter, adamw, attention_span, clm_labels, device_peak_flops,
-                               fit_settings, flops_per_token, lm_loss, memory_estimate)
+                          default_backend, host_layout, layout_of, reference_varlen)
+from mlmclm.objectives import (IGNORE, MEASURED, MemoryMeter, adamw, attention_span, clm_labels, device_peak_flops,
+                               lm_loss)
+from mlmclm.sizes import GIB, fit_settings, flops_per_token, memory_estimate, model_config
 from mlmclm.packing import collate_packed, head_loss
 from mlmclm.finetune import packed_layout
 
@@ -149,7 +150,7 @@ def _measured_peak_gib(cfg, micro_batch, seq_len, objective, ce_chunk=0, grad_ck
 def test_memory_estimate_matches_the_measured_peak(run):
     cfg = model_config('tiny', hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
                        intermediate_size=768, num_hidden_layers=2, vocab_size=2048, attn_backend='sdpa')
-    est = memory_estimate(cfg, 'none', 1, 4, 64, attn_backend='sdpa', **run)
+    est = memory_estimate(cfg, 'none', 1, 4, 64, attn_backend='sdpa', **MEASURED, **run)
     measured = _measured_peak_gib(cfg, 4, 64, **run)
     assert 0.85 < est['peak_gib'] / measured < 1.2, (est['peak_gib'] * 1024, measured * 1024)
 

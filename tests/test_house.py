@@ -1,5 +1,5 @@
-"""The house rules the code base keeps: light modules stay light, imports are declared, functions stay short,
-and modules import only from lower floors."""
+"""The house rules the code base keeps: light modules stay light, imports are declared, used, made once and never of
+private names, functions stay short, and modules import only from lower floors."""
 import ast
 import configparser
 import re
@@ -19,7 +19,37 @@ OPTIONAL = {'flash_attn'}   # the `gpu` extra
 def _tree(path): return ast.parse(path.read_text(encoding='utf-8'))
 
 
-@pytest.mark.parametrize('module', ['vocab', 'core'])
+# what needs no torch: the settings and names of the study, the planner, the task registry, the results store, the figures
+LIGHT = ['core', 'vocab', 'runs', 'corpus', 'sizes', 'tasks', 'results', 'paper_runs', 'study', 'figures']
+
+
+def _imports(tree: ast.Module):
+    "(node, module) of every import in `tree`; a relative module is named `mlmclm.<name>`."
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names: yield node, a.name
+        elif isinstance(node, ast.ImportFrom):
+            yield node, (f'mlmclm.{node.module}'.removesuffix('.None') if node.level else node.module)
+
+
+def _bound(node) -> list[tuple[str, str]]:
+    "(name bound, name imported) of one import statement."
+    if isinstance(node, ast.Import): return [(a.asname or a.name.split('.')[0], a.name) for a in node.names]
+    return [(a.asname or a.name, a.name) for a in node.names if a.name != '*']
+
+
+def _used_names(tree: ast.Module) -> set[str]:
+    "Every name the module reads, string annotations included."
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    notes = [n.returns for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    notes += [n.annotation for n in ast.walk(tree) if isinstance(n, (ast.arg, ast.AnnAssign))]
+    for s in notes:
+        if isinstance(s, ast.Constant) and isinstance(s.value, str):
+            names |= {n.id for n in ast.walk(ast.parse(s.value, mode='eval')) if isinstance(n, ast.Name)}
+    return names
+
+
+@pytest.mark.parametrize('module', LIGHT)
 def test_light_modules_import_without_torch(module):
     code = f"import sys, mlmclm.{module}; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=ROOT)
@@ -61,3 +91,40 @@ def test_modules_import_only_from_lower_floors():
             name = node.module if node.level == 1 else node.module.removeprefix('mlmclm.') if node.module.startswith('mlmclm.') else None
             if name in floor:
                 assert floor[name] < mine, f'{path.stem} ({mine}) imports {name} ({floor[name]})'
+
+
+def test_no_function_level_import_of_a_module_the_top_imports():
+    "A function that imports what its module already imported at the top only hides where a name comes from."
+    again = []
+    for path in MODULES:
+        tree = _tree(path)
+        top = {m for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom)) for n, m in _imports(ast.Module([node], []))}
+        again += [f'{path.name}:{node.lineno} {m}' for node, m in _imports(tree) if node not in tree.body and m in top]
+    assert not again, f'imported again inside a function: {again}'
+
+
+def test_no_unused_imports():
+    unused = []
+    for path in MODULES:
+        tree = _tree(path)
+        used = _used_names(tree)
+        unused += [f'{path.name}:{node.lineno} {bound}' for node, m in _imports(tree) if m != '__future__'
+                   for bound, _ in _bound(node) if bound not in used]
+    assert not unused, f'imported but never used: {unused}'
+
+
+def test_no_private_names_across_modules():
+    "`_x` is private to its module: another module imports it neither by name nor reaches it as `module._x`."
+    private = lambda name: name.startswith('_') and not name.startswith('__')
+    found = []
+    for path in MODULES:
+        tree = _tree(path)
+        ours = {}   # names bound to our own modules: `import mlmclm.x as y`, `from mlmclm import x`
+        for node, m in _imports(tree):
+            if not (m or '').startswith('mlmclm'): continue
+            for bound, name in _bound(node):
+                if private(name.split('.')[-1]): found.append(f'{path.name}:{node.lineno} {m}.{name}')
+                if isinstance(node, ast.Import) or m == 'mlmclm': ours[bound] = name
+        found += [f'{path.name}:{n.lineno} {n.value.id}.{n.attr}' for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                  and isinstance(n.value, ast.Name) and n.value.id in ours and private(n.attr)]
+    assert not found, f'private names used across modules: {found}'

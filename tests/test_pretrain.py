@@ -157,7 +157,7 @@ def test_a_preempted_job_is_requeued_and_resumes_to_the_weights_of_an_uninterrup
 
 def test_every_paper_preset_fits_an_80_gb_card_with_margin():
     "Issue 25 item 7: the measured memory estimate of each released model's run, on the paper's 8 GPUs, as its preset sets it."
-    from mlmclm.objectives import memory_estimate
+    from mlmclm.sizes import memory_estimate
     from mlmclm.runs import paper_preset
     from mlmclm.vocab import parse_schedule
     for name in paper_run_names(appendix=True):

@@ -15,6 +15,7 @@ import torch
 
 import mlmclm.finetune as ft
 import mlmclm.paper_runs as pr
+from fake_encodeval import write_fixture_tree
 from mlmclm.core import ConfigError, append_jsonl, atomic_write_json, atomic_write_text, project_root, read_jsonl
 from mlmclm.results import aggregate, family_scores, load_results
 
@@ -70,7 +71,7 @@ def test_item1_finetuning_after_a_store_lost_its_last_newline(tmp_path):
 
 # ---- 2. the importer rewrites the whole store ----
 def test_item2_import_only_adds_rows_and_keeps_the_mode(tmp_path, monkeypatch):
-    pr.write_fixture_tree(tmp_path/'E')
+    write_fixture_tree(tmp_path/'E')
     store = tmp_path/'results.jsonl'
     append_jsonl(store, row(ck='ours-before'))
     with open(store, 'a') as fh: fh.write('this line is not JSON\n')

@@ -11,7 +11,9 @@ from pathlib import Path
 import torch
 
 from mlmclm.core import project_root, read_json, read_jsonl
-from mlmclm.data import build_store, embedded_documents, load_tokenizer, write_hub_layout
+from mlmclm.corpus import embedded_documents
+from mlmclm.data import build_store, load_tokenizer
+from fake_hub import write_hub_layout
 from mlmclm.model import load
 
 ROOT = project_root()
