@@ -47,10 +47,10 @@ def comma_numbers(text: str, name: str, whole: bool = False) -> list:
 BIPHASIC_CLM_FRACTION = 0.25
 
 def step_defaults(total_steps: int) -> dict:
-    "Warmup, decay, kept checkpoints, save and held-out intervals of a run of `total_steps` steps, for the ones not given."
+    "Warmup, decay, kept checkpoints and save interval of a run of `total_steps` steps, for the ones not given."
     return dict(warmup_steps=round(0.1 * total_steps), decay_steps=round(0.2 * total_steps),
                 checkpoint_steps=','.join(str(s) for s in sorted({total_steps // 4, total_steps // 2} - {0})),
-                save_every=max(1, total_steps // 4), heldout_every=max(1, total_steps // 8))
+                save_every=max(1, total_steps // 4))
 
 
 @dataclass
@@ -97,7 +97,8 @@ class PretrainConfig:
     log_every: int = param(10, 'steps between metrics.jsonl rows', low=1)
     heldout_rows: int = param(64, "rows of the fixed held-out batch whose loss metrics.jsonl reports: the store's last "
                                   "full rows, masked alike in every run (0: none)", low=0)
-    heldout_every: int | None = param(None, 'steps between held-out losses; None: an eighth of total_steps', low=1)
+    heldout_every: int | None = param(None, 'steps between held-out losses (and at the last step); None: an eighth of '
+                                            'total_steps, at least heldout_rows / batch_size', low=1)
     stop_at_step: int | None = param(None, 'end this session after this step (the run stays resumable)', low=1)
     device: str | None = param(None, "'cpu', 'cuda', ...; None picks")
     fsdp: bool = param(False, 'shard weights, gradients and optimizer state over the processes (FSDP2; 610m/1b)')
@@ -117,6 +118,8 @@ class PretrainConfig:
     def __post_init__(self):   # the settings left at None that follow from others (see above)
         for k, v in step_defaults(self.total_steps).items():
             if getattr(self, k) is None: setattr(self, k, v)
+        if self.heldout_every is None:   # its forward passes cost at most about a third of a training step per step
+            self.heldout_every = max(1, self.total_steps // 8, math.ceil(self.heldout_rows / self.batch_size))
         if self.schedule == 'biphasic' and self.clm_steps is None and self.clm_fraction is None:
             self.clm_fraction = BIPHASIC_CLM_FRACTION
 
