@@ -39,8 +39,8 @@ from .objectives import MEASURED, adamw, attention_span, device_peak_flops, lm_l
 # %% auto #0
 __all__ = ['COMPLETE', 'STATE_MANIFEST', 'STATE_CHECKSUMS', 'HELDOUT_SEED', 'resolve_phases', 'check_pretrain_config',
            'step_batches', 'prefetched', 'recover_swaps', 'state_folder', 'save_training_state', 'load_training_state',
-           'StateError', 'seal_state', 'check_state', 'TrainState', 'Run', 'heldout_first_token', 'setup',
-           'batch_stream', 'train_step', 'heldout_batches', 'heldout_loss', 'Throughput', 'log_metrics',
+           'StateError', 'seal_state', 'check_state', 'TrainState', 'Run', 'heldout_rows_of', 'heldout_first_token',
+           'setup', 'batch_stream', 'train_step', 'heldout_batches', 'heldout_loss', 'Throughput', 'log_metrics',
            'keep_checkpoint', 'save_if_due', 'pretrain', 'command_config', 'main', 'loss_figure']
 
 # %% ../nbs/02_pretrain.ipynb #7dbd8cd7
@@ -457,6 +457,8 @@ class Run:
     @property
     def state_dir(self) -> Path: return self.folder/'state'
     @property
+    def heldout_rows(self) -> int: return heldout_rows_of(len(self.store), self.cfg.heldout_rows, self.cfg.seq_len)
+    @property
     def rows_per_step(self) -> int: return self.cfg.batch_size * self.grad_accum * self.acc.num_processes
     @property
     def last_step(self) -> int: return min(self.cfg.total_steps, self.cfg.stop_at_step or self.cfg.total_steps)
@@ -597,23 +599,27 @@ def _data_offset(cfg: PretrainConfig, store: TokenStore, extra: dict | None) -> 
 
 HELDOUT_SEED = 0   # one masking of the held-out rows for every run, so that runs of one objective compare on the same targets
 
+def heldout_rows_of(store_tokens: int, rows: int, seq_len: int) -> int:
+    "The held-out rows a store of `store_tokens` tokens gives: `rows`, but never more than an eighth of its full rows."
+    return min(rows, store_tokens // seq_len // 8)
+
+
 def heldout_first_token(store_tokens: int, rows: int, seq_len: int) -> int:
-    "Where the held-out rows begin: the last `rows` full rows of `seq_len` tokens of a store of `store_tokens` tokens."
-    first = (store_tokens // seq_len - rows) * seq_len
-    if first < 0:
-        raise ConfigError(f'heldout_rows={rows} rows of {seq_len} tokens do not fit in a store of {store_tokens:,} tokens; '
-                          f'use heldout_rows <= {store_tokens // seq_len} (0: no held-out loss)')
-    return first
+    "Where the held-out rows begin: the store's last `heldout_rows_of(...)` full rows of `seq_len` tokens."
+    return (store_tokens // seq_len - heldout_rows_of(store_tokens, rows, seq_len)) * seq_len
 
 
 def _heldout_record(run: Run, end: int) -> dict | None:
     "Where the held-out rows lie, and whether this run's training rows reach them (said aloud when they do)."
-    if not run.cfg.heldout_rows: return None
+    if not run.heldout_rows: return None
     held = heldout_first_token(len(run.store), run.cfg.heldout_rows, run.cfg.seq_len)
+    if run.heldout_rows < run.cfg.heldout_rows and run.is_main:
+        print(f'note: the store holds {len(run.store):,} tokens: {run.heldout_rows} held-out rows, not '
+              f'{run.cfg.heldout_rows} (at most an eighth of its rows)', file=sys.stderr)
     if end > held and run.is_main:
         print(f'note: run {run.run_id} trains on store tokens up to {end:,}, past {held:,} where its held-out rows '
               'begin: its held-out loss is not held out', file=sys.stderr)
-    return dict(first_token=held, rows=run.cfg.heldout_rows, every=run.cfg.heldout_every, seed=HELDOUT_SEED,
+    return dict(first_token=held, rows=run.heldout_rows, every=run.cfg.heldout_every, seed=HELDOUT_SEED,
                 read_in_training=end > held)
 
 
@@ -764,11 +770,11 @@ def train_step(run: Run, state: TrainState, phase: Phase,
 # %% ../nbs/02_pretrain.ipynb #15736a25
 def heldout_batches(run: Run, phase: Phase) -> list[dict]:
     "The held-out rows as micro-batches of `phase`'s objective, masked with `HELDOUT_SEED`."
-    cfg = run.cfg
+    cfg, n = run.cfg, run.heldout_rows
     first = heldout_first_token(len(run.store), cfg.heldout_rows, cfg.seq_len)
     replace = (cfg.replace_mask, cfg.replace_random, cfg.replace_keep)
-    return [make_batch(run.store.rows(first, r, min(cfg.batch_size, cfg.heldout_rows - r), cfg.seq_len), phase,
-                       _token_ids(run), replace, HELDOUT_SEED, r) for r in range(0, cfg.heldout_rows, cfg.batch_size)]
+    return [make_batch(run.store.rows(first, r, min(cfg.batch_size, n - r), cfg.seq_len), phase,
+                       _token_ids(run), replace, HELDOUT_SEED, r) for r in range(0, n, cfg.batch_size)]
 
 
 @torch.no_grad()
@@ -804,7 +810,7 @@ def log_metrics(run: Run, state: TrainState, phase_index: int, phase: Phase, los
     """Every `log_every` steps, every `heldout_every` steps and at the last: one row of `metrics.jsonl` (loss, LR,
     tokens/s, MFU on known GPUs, the held-out loss when it is due)."""
     last = state.step == run.last_step
-    held = bool(run.cfg.heldout_rows) and (state.step % run.cfg.heldout_every == 0 or last)
+    held = run.heldout_rows > 0 and (state.step % run.cfg.heldout_every == 0 or last)
     if state.step % run.cfg.log_every and not last and not held: return None
     tps, peak = throughput(state.tokens_seen), device_peak_flops(run.acc.device)
     mfu = lambda span=None: tps * flops_per_token(run.raw_model.config, run.cfg.seq_len, phase.objective,
