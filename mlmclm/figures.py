@@ -641,9 +641,10 @@ def collect_pretrain_loss(study_dir: str | Path, entropy: float, tail: int = 5) 
     for f in sorted(Path(study_dir).glob('*/metrics.jsonl')):
         m = read_jsonl(f)
         if not m: continue
-        last = [r for r in m if r['phase'] == m[-1]['phase']][-tail:]
+        final_phase = [r for r in m if r['phase'] == m[-1]['phase']]
+        last = final_phase[-tail:]
         ratio = last[-1].get('mask_ratio')
-        held = [r['heldout_loss'] for r in m if r['phase'] == m[-1]['phase'] and r.get('heldout_loss') is not None]
+        held = [r['heldout_loss'] for r in final_phase if r.get('heldout_loss') is not None]
         rows.append(dict(run=f.parent.name, last_phase=last[-1]['objective'] + (f'{round(ratio * 100)}' if ratio else ''),
                          steps=m[-1]['step'], final_loss=float(np.mean([r['loss'] for r in last])),
                          heldout_loss=held[-1] if held else None, unigram_entropy=entropy))

@@ -34,7 +34,7 @@ from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shar
 from .model import HEADS, Head, TaskModel, Transformer, build_model, check_checkpoint, default_backend, layout_of, load, save
 from .data import load_tokenizer, tokenizer_sha
 from .objectives import adamw
-from .packing import HEAD_LOSSES, HeadLoss, batch_backward, collate_packed, collate_padded, micro_batches, unpack_examples, unpack_tokens
+from .packing import HEAD_LOSSES, HeadLoss, batch_backward, collate_packed, collate_padded, micro_batches, to_device, unpack_examples, unpack_tokens
 from .tasks import (TASKS, Task, entity_f1, load_task, majority_tag, ndcg_encodeval, ndcg_standard,
                           position_set_f1, resolve_tasks, sentence_macro_f1, squad_em, squad_f1)
 from .results import (StoreWriter, check_checkpoint_name, check_store_path, checkpoint_identity, code_version,
@@ -375,9 +375,6 @@ def cached_features(folder: Path,        # the cache folder
     return feats
 
 # %% ../nbs/03b_finetune.ipynb #ab4fb7f4
-def _to(batch, device): return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
-
-
 def encode_pairs(examples, tok, max_length: int, special_tokens: str = 'eos') -> list[dict]:
     "Retrieval training pairs: a query and its positive passage, each with its prefix."
     q = encode_texts([e['query'] for e in examples], tok, max_length, 'Query: ', special_tokens)
@@ -441,7 +438,7 @@ def _example_outputs(model, feats: list[dict], run: RunContext) -> list:
     outs, pad_id = [None] * len(feats), run.tok.pad_token_id
     for group in _eval_groups(feats, run):
         chunk = [feats[i] for i in group]
-        b = _to(collate_packed(chunk, pad_id, run.row_tokens) if run.cfg.packing else collate_padded(chunk, pad_id), run.device)
+        b = to_device(collate_packed(chunk, pad_id, run.row_tokens) if run.cfg.packing else collate_padded(chunk, pad_id), run.device)
         with run.autocast(): out = model(b['input_ids'], b['attention_mask'], b.get('document_ids'), layout=layout_of(b))
         parts = [_per_example(o.float().cpu(), b, chunk, not model.spec.pooled)
                  for o in (out if isinstance(out, tuple) else (out,))]

@@ -35,6 +35,7 @@ from .model import (Transformer, attention_kernel, build_model, check_checkpoint
                           default_backend, load, save)
 from .data import TokenStore, load_tokenizer, open_store
 from .objectives import MEASURED, adamw, attention_span, device_peak_flops, lm_loss, make_batch, wsd_schedule
+from .packing import to_device
 
 # %% auto #0
 __all__ = ['COMPLETE', 'STATE_MANIFEST', 'STATE_CHECKSUMS', 'HELDOUT_SEED', 'resolve_phases', 'check_pretrain_config',
@@ -786,8 +787,8 @@ def heldout_loss(run: Run, phase: Phase) -> float:
     run.model.eval()
     try:
         for batch in batches:
-            batch = {k: v.to(run.acc.device) if torch.is_tensor(v) else v for k, v in batch.items()}
-            with run.acc.autocast(): loss, n = lm_loss(run.model, batch, run.cfg.sparse_head, run.cfg.ce_chunk)
+            with run.acc.autocast(): loss, n = lm_loss(run.model, to_device(batch, run.acc.device), run.cfg.sparse_head,
+                                                       run.cfg.ce_chunk)
             total, count = total + loss.float() * n, count + n
     finally: run.model.train()
     return (total / count).item()
