@@ -29,12 +29,13 @@ import torch.nn.functional as F
 
 from .core import (LEASE_S, ConfigError, atomic_path, atomic_write_json, config_hash, pick_device, pick_dtype,
                          project_root, read_json, seed_everything, write_run_record)
-from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS
+from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL_AXES
 from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir
 from .model import HEADS, Head, TaskModel, Transformer, build_model, check_checkpoint, default_backend, layout_of, load, save
 from .data import load_tokenizer, tokenizer_sha
 from .objectives import adamw
-from .packing import HEAD_LOSSES, HeadLoss, batch_backward, collate_packed, collate_padded, micro_batches, to_device, unpack_examples, unpack_tokens
+from .packing import (HEAD_LOSSES, HeadLoss, batch_backward, collate_packed, collate_padded, micro_batches,
+                            to_device, unpack_examples, unpack_tokens)
 from .tasks import (TASKS, Task, entity_f1, load_task, majority_tag, ndcg_encodeval, ndcg_standard,
                           position_set_f1, resolve_tasks, sentence_macro_f1, squad_em, squad_f1)
 from .results import (StoreWriter, check_checkpoint_name, check_store_path, checkpoint_identity, code_version,
@@ -708,7 +709,8 @@ def _train(model, kind, feats, steps, opt, sched, seed, run: RunContext, eval_ta
 
 def _result_rows(eval_tasks, val, test, run: RunContext, **facts) -> list[dict]:
     "One row per evaluated task: scores, per-example scores, second metrics, the protocol options and `facts`."
-    options = {k: getattr(run.cfg, k) for k in FINETUNE_OPTIONS} | dict(precision=run.precision, max_length=run.max_length,
+    # `precision` as asked (part of the run's identity), `precision_used` as it resolved on this device
+    options = {k: getattr(run.cfg, k) for k in FINETUNE_OPTIONS} | dict(precision_used=run.precision, max_length=run.max_length,
                                                                          packing=run.cfg.packing, micro_batch_tokens=run.tokens)
     rows = []
     for t, v, s in zip(eval_tasks, val, test):
@@ -834,7 +836,7 @@ def finetune_sweep(cfg: FinetuneConfig,
     results = Path(cfg.results or project_root()/'runs'/'finetune'/'results.jsonl')
     name, ident = recorded_name(cfg), checkpoint_identity(cfg.checkpoint)
     if not force: check_checkpoint_name(current_rows(read_rows(results)), name, ident, results)
-    todo = missing(results, finetune_runs(name, tasks, lrs, seeds, cfg.attention, cfg.pooling), force)
+    todo = missing(results, finetune_runs(name, tasks, lrs, seeds, **{a: getattr(cfg, a) for a in PROTOCOL_AXES}), force)
     if not todo: return results
     base, tok = _base_model(cfg)
     meta, data = _sweep_record(cfg, results, name, ident), {}

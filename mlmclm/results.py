@@ -93,6 +93,15 @@ def _is_header(r: dict) -> bool:
 
 def _line_no(problem: str) -> int: return int(problem.split()[1].rstrip(':')) if problem.startswith('line ') else 0
 
+def _with_precision_asked(row: dict) -> dict:
+    """`row` in today's columns: a row written before precision was part of a run's identity holds the format that
+    ran in `precision`, which now says what was asked; that value moves to `precision_used`, and what was asked
+    stays unknown (empty: the paper's cell, the identity such a row always had)."""
+    if 'precision' not in row or 'precision_used' in row: return row
+    row = dict(row)
+    row['precision_used'] = row.pop('precision')
+    return row
+
 def _read_row_files(store) -> list[tuple[Path, list, list]]:
     """(file, rows, problems) of every row file, read as one consistent view. A `compact` may move a shard into
     `compacting/` and merge it into the main file between our listing and our reading; a listed shard that is gone
@@ -120,7 +129,7 @@ def scan_store(store: str | Path) -> tuple[list[dict], dict]:
             if _is_header(row): continue
             why = row_problem(row)
             if why: bad.append(f'line {line}: {why}')
-            else: found.append(row)
+            else: found.append(_with_precision_asked(row))
         if bad: problems[f] = sorted(bad, key=_line_no)
     return sorted(found, key=lambda r: r.get('written_at') or ''), problems   # stable: file order among equals
 
@@ -166,10 +175,13 @@ def unique_runs(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def tidy_results(results: pd.DataFrame) -> pd.DataFrame:
-    "The columns figures need (and `in_paper` where rows carry it), sorted: the small table committed beside rendered figures."
+    """The columns figures need (with `in_paper` where rows carry it, and the protocol axes where a row is off the
+    paper's cell), sorted: the small table committed beside rendered figures."""
     df = unique_runs(results).copy()
     if 'source' not in df: df['source'] = 'ours'
-    cols = RESULT_COLUMNS + (['in_paper'] if 'in_paper' in df else [])
+    # a protocol axis some row is off the paper's value on stays a column, or the table would merge protocol cells
+    axes = [a for a, v in PROTOCOL_AXES.items() if a in df and df[a].fillna(v[0]).ne(v[0]).any()]
+    cols = RESULT_COLUMNS + axes + (['in_paper'] if 'in_paper' in df else [])
     return df[cols].sort_values(['checkpoint_name', 'dataset', 'lr', 'seed']).reset_index(drop=True)
 
 

@@ -284,11 +284,12 @@ class FinetuneRun:
     seed: int
     attention: str = PROTOCOL_AXES['attention'][0]    # the protocol cell
     pooling: str = PROTOCOL_AXES['pooling'][0]
+    precision: str = PROTOCOL_AXES['precision'][0]    # as asked ('auto'), not as resolved on the device
     source: str = 'ours'                              # who trained it: 'ours', or 'authors' for imported runs
 
     def _as_row(self, dataset: str) -> dict:
         return dict(checkpoint_name=self.checkpoint_name, dataset=dataset, lr=self.lr, seed=self.seed,
-                    attention=self.attention, pooling=self.pooling, source=self.source)
+                    attention=self.attention, pooling=self.pooling, precision=self.precision, source=self.source)
 
     @property
     def keys(self) -> tuple: return tuple(run_key(self._as_row(d)) for d in self.datasets)
@@ -297,12 +298,15 @@ class FinetuneRun:
     def work(self) -> str: return run_key(self._as_row(f'train={self.train_task}'))
 
 
-def finetune_runs(checkpoint_name: str, datasets, lrs, seeds, attention: str = PROTOCOL_AXES['attention'][0],
-                  pooling: str = PROTOCOL_AXES['pooling'][0], source: str = 'ours') -> list[FinetuneRun]:
+def finetune_runs(checkpoint_name: str, datasets, lrs, seeds, source: str = 'ours',
+                  **cell,   # the protocol cell: a value per axis of PROTOCOL_AXES (an axis not named: the paper's)
+                 ) -> list[FinetuneRun]:
     "Every run that scores `checkpoint_name` on `datasets` at each LR and seed: datasets sharing a training set are one run."
+    unknown = set(cell) - set(PROTOCOL_AXES)
+    if unknown: raise ConfigError(f'unknown protocol axis {sorted(unknown)}; choose from {list(PROTOCOL_AXES)}')
     trainings = {}
     for d in datasets: trainings.setdefault(TRAIN_ON.get(d, d), []).append(d)
-    return [FinetuneRun(checkpoint_name, train, tuple(ds), float(lr), int(seed), attention, pooling, source)
+    return [FinetuneRun(checkpoint_name, train, tuple(ds), float(lr), int(seed), source=source, **cell)
             for train, ds in trainings.items() for lr in lrs for seed in seeds]
 
 # %% ../nbs/00b_runs.ipynb #b8159215

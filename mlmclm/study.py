@@ -31,13 +31,14 @@ from .sizes import (MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU, flops_per_token, memor
                           param_counts)
 
 # %% auto #0
-__all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERMEDIATE', 'ABLATION_CHECKPOINTS', 'PRESETS',
-           'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets', 'paper_plan',
-           'Costs', 'run_flops', 'finetune_flops', 'estimate', 'select', 'demo_experiments', 'demo_plan',
-           'protocol_ablation_plan', 'checkpoint_dir', 'pretrain_params', 'run_notebook', 'point_runs', 'finetune_jobs',
-           'accelerate_command', 'submit_finetune_array', 'study_status', 'PretrainJob', 'pretrain_job_specs',
-           'submit_pretrain_jobs', 'finetune_params', 'worker_env', 'visible_gpus', 'finetune_workers', 'launch',
-           'get_plan', 'measured_finetune', 'measured_finetune_line', 'memory_lines', 'describe', 'main']
+__all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERMEDIATE', 'ABLATION_CHECKPOINTS', 'PROTOCOL_GRID',
+           'PRESETS', 'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets',
+           'paper_plan', 'Costs', 'run_flops', 'finetune_flops', 'estimate', 'select', 'demo_experiments', 'demo_plan',
+           'protocol_ablation_plan', 'precision_ablation_plan', 'checkpoint_dir', 'pretrain_params', 'run_notebook',
+           'point_runs', 'finetune_jobs', 'accelerate_command', 'submit_finetune_array', 'study_status', 'PretrainJob',
+           'pretrain_job_specs', 'submit_pretrain_jobs', 'finetune_params', 'worker_env', 'visible_gpus',
+           'finetune_workers', 'launch', 'get_plan', 'measured_finetune', 'measured_finetune_line', 'memory_lines',
+           'describe', 'main']
 
 # %% ../nbs/04_study.ipynb #59d3ae7e
 @dataclass
@@ -320,6 +321,7 @@ def demo_plan(datasets: tuple | None = None, lrs: tuple = DEMO_LRS, seeds: tuple
 
 # %% ../nbs/04_study.ipynb #72df18a1
 ABLATION_CHECKPOINTS = ('MLMvsCLM/610m-clm-42k', 'MLMvsCLM/610m-mlm40-42k')
+PROTOCOL_GRID = {a: PROTOCOL_AXES[a] for a in ('attention', 'pooling')}   # the protocol ablation: attention x pooling
 
 def _ablation_name(source: str) -> str:
     name = Path(str(source).rstrip('/')).name
@@ -333,12 +335,15 @@ def _ablation_name(source: str) -> str:
 def protocol_ablation_plan(checkpoints: tuple = ABLATION_CHECKPOINTS,  # hub ids or folders named like released models
                            datasets: tuple = PAPER_TASKS,               # fine-tuning datasets
                            lrs: tuple = PAPER_LRS, seeds: tuple = PAPER_SEEDS,
-                           **axes,   # a subset of values per axis of PROTOCOL_AXES, e.g. pooling=('mean', 'last')
+                           preset: str = 'protocol-ablation',           # the plan's name (its key in `PRESETS`)
+                           **axes,   # the values to cross, per axis of PROTOCOL_AXES, e.g. pooling=('mean', 'last');
+                                     # an axis not named keeps the paper's value; none named: `PROTOCOL_GRID`
                           ) -> StudyPlan:
-    "Fine-tune `checkpoints` under every cell of the attention × pooling grid; no pretraining."
+    "Fine-tune `checkpoints` under every cell of the grid of `axes`; no pretraining."
     unknown = set(axes) - set(PROTOCOL_AXES)
     if unknown: raise ConfigError(f'unknown protocol axis {sorted(unknown)}; choose from {list(PROTOCOL_AXES)}')
-    values = {a: tuple(axes.get(a, allowed)) for a, allowed in PROTOCOL_AXES.items()}
+    axes = axes or PROTOCOL_GRID
+    values = {a: (axes[a],) if isinstance(axes[a], str) else tuple(axes[a]) for a in PROTOCOL_AXES if a in axes}
     for a, vs in values.items():
         bad = [v for v in vs if v not in PROTOCOL_AXES[a]]
         if bad or not vs: raise ConfigError(f'{a}={vs!r}; choose from {list(PROTOCOL_AXES[a])}')
@@ -349,8 +354,16 @@ def protocol_ablation_plan(checkpoints: tuple = ABLATION_CHECKPOINTS,  # hub ids
             protocol = tuple(sorted(zip(values, cell)))
             evals.append(EvalPoint(f"{name}@{'-'.join(cell)}", None, parse_run_name(name).total_steps, tuple(datasets),
                                    source=str(source), checkpoint_name=name, protocol=protocol))
-    return StudyPlan('protocol-ablation', {}, evals, tuple(lrs), tuple(seeds),
+    return StudyPlan(preset, {}, evals, tuple(lrs), tuple(seeds),
                      note='fine-tuning only: ' + ' x '.join(f'{a} {{{", ".join(v)}}}' for a, v in values.items()))
+
+
+def precision_ablation_plan(checkpoints: tuple = ABLATION_CHECKPOINTS,
+                            datasets: tuple = intermediate_datasets(),   # one per family
+                            lrs: tuple = PAPER_LRS, seeds: tuple = PAPER_SEEDS) -> StudyPlan:
+    "The authors' pure bf16 against fp32 master weights (`amp_bf16`), each asked for by name; no pretraining."
+    return protocol_ablation_plan(checkpoints, datasets, lrs, seeds, preset='precision-ablation',
+                                  precision=('pure_bf16', 'amp_bf16'))
 
 # %% ../nbs/04_study.ipynb #f5ee2c4f
 def _scaled(plan: StudyPlan, steps: int) -> int:
@@ -397,7 +410,8 @@ def run_notebook(notebook: str,       # a launcher notebook in nbs/
 # %% ../nbs/04_study.ipynb #89e2a2f9
 def point_runs(plan: StudyPlan, e: EvalPoint) -> list[FinetuneRun]:
     "The fine-tuning runs of evaluation point `e`: its datasets x the plan's LRs and seeds, in its protocol cell."
-    cell = {a: dict(e.protocol).get(a, values[0]) for a, values in PROTOCOL_AXES.items()}
+    # the values `finetune_params` gives the notebook: the point's cell, else the plan's overrides, else the paper's
+    cell = {a: dict(e.protocol).get(a, plan.finetune_overrides.get(a, values[0])) for a, values in PROTOCOL_AXES.items()}
     return finetune_runs(e.recorded_name, e.datasets, plan.lrs, plan.seeds, **cell)
 
 
@@ -519,6 +533,9 @@ def finetune_params(plan: StudyPlan, e: EvalPoint, root: Path, **overrides) -> d
     p = dict(preset=plan.finetune_preset, checkpoint=e.source or str(checkpoint_dir(plan, root, e.run, e.step)),
              checkpoint_name=e.recorded_name, tasks=','.join(e.datasets), lrs=','.join(str(x) for x in plan.lrs),
              seeds=','.join(str(x) for x in plan.seeds), results=str(Path(root)/'results.jsonl'))
+    cell = sorted(set(overrides) & set(PROTOCOL_AXES))
+    if cell: raise ConfigError(f'{cell} in the overrides of one job: a protocol axis is part of each run\'s key, which the '
+                               'plan has computed already; give it to the plan (a protocol cell, or finetune_overrides)')
     return p | plan.finetune_overrides | dict(e.protocol) | overrides
 
 
@@ -657,8 +674,9 @@ def launch(plan: StudyPlan,                 # what to run (`select` a part first
 
 
 PRESETS = {'paper': paper_plan, 'paper-15120': lambda: paper_plan(intermediate='one-per-family'),
-           'paper+appendix': lambda: paper_plan(appendix=True), 'protocol-ablation': protocol_ablation_plan,
-           'demo': demo_plan}
+           'paper+appendix': lambda: paper_plan(appendix=True),
+           'protocol-ablation': protocol_ablation_plan,
+           'precision-ablation': precision_ablation_plan, 'demo': demo_plan}
 
 def get_plan(preset: str) -> StudyPlan:
     if preset not in PRESETS: raise ConfigError(f'unknown preset {preset!r}; choose one of {list(PRESETS)}')

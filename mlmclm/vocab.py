@@ -353,8 +353,9 @@ FINETUNE_OPTIONS = {
         'classification head of SLModel is not public'),
 }
 
-# the protocol options a study may vary between runs (the protocol ablation): each is part of a run's identity
-PROTOCOL_AXES = {a: FINETUNE_OPTIONS[a].choices for a in ('attention', 'pooling')}   # the paper's value first
+# the protocol options a study may vary between runs (the protocol and precision ablations): each is part of a run's
+# identity, as asked (precision 'auto', not the format it resolved to on the device, so a CPU and a GPU ask the same)
+PROTOCOL_AXES = {a: FINETUNE_OPTIONS[a].choices for a in ('attention', 'pooling', 'precision')}   # the paper's value first
 
 # the fine-tuning protocol in words, as Table 1 prints it: written from FINETUNE and FINETUNE_OPTIONS' defaults
 PROTOCOL = {'optimizer': str(ADAMW), 'schedule': f'linear: {FINETUNE_OPTIONS["warmup"]}',

@@ -7,7 +7,7 @@ import pytest
 
 from mlmclm.core import ConfigError, ClaimHeld, project_root, read_jsonl
 from mlmclm.pretrain import pretrain
-from mlmclm.results import StoreWriter, missing
+from mlmclm.results import StoreWriter, missing, read_rows
 from mlmclm.runs import PretrainRun, finetune_config, finetune_runs, pretrain_config
 
 ROOT = project_root()
@@ -23,6 +23,22 @@ def test_our_run_of_a_checkpoint_the_authors_also_published_is_not_theirs(tmp_pa
                        val_score=.9, test_score=.9)])
     assert missing(store, ours) == ours
     assert missing(store, finetune_runs('610m-clm-42k', ['sst2'], [1e-5], [0], source='authors')) == []
+
+
+def test_precision_is_keyed_as_asked_and_older_rows_keep_their_keys(tmp_path):
+    "A row of an older store holds the format that ran in `precision`: it counts for the paper's cell (`auto`, the only "
+    "identity it ever had), never for a run asked for that format; rows written now key what was asked."
+    store, row = tmp_path/'results.jsonl', dict(checkpoint_name='610m-clm-42k', family='SC', lr=1e-5, seed=0, val_score=.9,
+                                                test_score=.9)
+    with StoreWriter(store) as w:
+        w.append([dict(row, dataset='sst2', precision='pure_bf16'),                                  # older: as it ran
+                  dict(row, dataset='qqp', precision='amp_bf16', precision_used='amp_bf16')])       # now: as asked
+    runs = lambda ds, **cell: finetune_runs('610m-clm-42k', ds, [1e-5], [0], **cell)
+    assert missing(store, runs(['sst2'])) == []
+    assert missing(store, runs(['sst2'], precision='pure_bf16')) == runs(['sst2'], precision='pure_bf16')
+    assert missing(store, runs(['qqp'])) == runs(['qqp'])
+    assert missing(store, runs(['qqp'], precision='amp_bf16')) == []
+    assert {r['precision_used'] for r in read_rows(store)} == {'pure_bf16', 'amp_bf16'}
 
 
 # ---------------------------------------------------------------- one trainer per pretraining run

@@ -224,6 +224,28 @@ def test_protocol_figure_shows_the_gap_per_cell_and_paper_figures_only_the_paper
     plt.close('all')
 
 
+def test_precision_cells_survive_the_tidy_table_and_stay_out_of_the_papers_figures(tmp_path):
+    "The precision ablation's rows (pooling cells 0-2 of `protocol_grid`, relabelled auto / pure_bf16 / amp_bf16), read back from a tidy CSV."
+    rows = protocol_grid().query("attention == 'bidirectional'").copy()
+    rows['precision'] = rows.pooling.map(dict(mean='auto', last='pure_bf16', first='amp_bf16'))
+    rows['pooling'], rows['best_step'], rows['steps'] = 'mean', None, 100
+    csv = tmp_path/'results.csv'
+    csv.write_text(tidy_results(rows).to_csv(index=False))
+    figs, tables = {}, {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figures, 'save_figure', lambda fig, folder, name, close=True: figs.__setitem__(name, fig) or [])
+        mp.setattr(figures, 'write_table', lambda df, folder, name, caption: tables.__setitem__(name, df) or [])
+        render_all(read_results(csv), tmp_path, scale='paper')
+    gaps = tables['protocol_gap']
+    assert gaps[gaps.family == 'SC'].precision.tolist() == ['auto', 'pure_bf16', 'amp_bf16']
+    for f, fam in enumerate(FAMILIES):
+        assert np.allclose(gaps[gaps.family == fam].gap, [5 + 2 * c + f - 0.1 for c in range(3)]), fam
+    for f, ax in enumerate(figs['fig2_mlm_vs_clm'].axes):   # the paper's cell (auto) only
+        got = sorted(round(b.get_height(), 6) for c in ax.containers if isinstance(c, BarContainer) for b in c if not np.isnan(b.get_height()))
+        assert np.allclose(got, [60 + f / 10 + 0.1, 65 + f / 10 + f]), f
+    plt.close('all')
+
+
 @pytest.mark.skipif(not (REFERENCE/'results.csv').is_file(), reason='no committed demo results yet')
 def test_committed_demo_results_render_every_figure(tmp_path):
     results = read_results(REFERENCE/'results.csv')

@@ -160,9 +160,13 @@ def test_papermill_passes_every_finetuning_parameter_to_the_sweep(pretrained, tm
 
 
 # ---------------------------------------------------------------- one key per run, whichever launcher asks
-def _ablation():
+ABLATIONS = {'protocol': dict(attention=('bidirectional', 'causal'), pooling=('mean', 'last')),   # 4 cells
+             'precision': dict(precision=('pure_bf16', 'amp_bf16', 'auto', 'fp32'))}               # 4 cells
+
+
+def _ablation(kind='protocol'):
     return study.protocol_ablation_plan(('hub/610m-clm-42k',), datasets=('sst2', 'msmarco', 'nq'), lrs=(1e-4,), seeds=(0,),
-                                        pooling=('mean', 'last'))
+                                        **ABLATIONS[kind])
 
 
 def _store_every_run(plan, store):
@@ -170,7 +174,8 @@ def _store_every_run(plan, store):
     with StoreWriter(store) as w:
         for e, run in study.finetune_jobs(plan):
             w.append([dict(checkpoint_name=run.checkpoint_name, dataset=d, family='IR' if d != 'sst2' else 'SC',
-                           lr=run.lr, seed=run.seed, attention=run.attention, pooling=run.pooling, source='ours',
+                           lr=run.lr, seed=run.seed, attention=run.attention, pooling=run.pooling,
+                           precision=run.precision, precision_used=run.precision.replace('auto', 'fp32'), source='ours',
                            val_score=.5, test_score=.5) for d in run.datasets])
 
 
@@ -180,9 +185,10 @@ class _NoSlurm:
     def map_array(self, fn, *args): return list(zip(*args))
 
 
-def test_a_finished_protocol_ablation_is_finished_for_every_launcher(tmp_path, monkeypatch):
-    plan, store = _ablation(), tmp_path/'results.jsonl'
-    assert len(study.finetune_jobs(plan)) == 2 * 2 * 2          # (sst2, the IR group) x attention x pooling
+@pytest.mark.parametrize('kind', list(ABLATIONS))
+def test_a_finished_protocol_ablation_is_finished_for_every_launcher(tmp_path, monkeypatch, kind):
+    plan, store = _ablation(kind), tmp_path/'results.jsonl'
+    assert len(study.finetune_jobs(plan)) == 2 * 4              # (sst2, the IR group) x 4 protocol cells
     monkeypatch.setattr('submitit.AutoExecutor', _NoSlurm)
     before = study.submit_finetune_array(plan, tmp_path, tmp_path/'slurm')
     assert len(before) == len(study.finetune_jobs(plan))

@@ -38,7 +38,8 @@ def test_the_cheaper_grid_is_a_preset():
     assert {len(cheap[n]) for n in cheap if n.rsplit('-', 1)[-1].isdigit()} == {4}   # intermediate: one per family
 
 
-@pytest.mark.parametrize('preset, n', [('paper', 18000), ('paper-15120', 15120), ('protocol-ablation', 4320)])
+@pytest.mark.parametrize('preset, n', [('paper', 18000), ('paper-15120', 15120), ('protocol-ablation', 4320),
+                                       ('precision-ablation', 480)])
 def test_slurm_jobs_cover_every_finetuning_run_once(preset, n):
     plan = PRESETS[preset]()
     rows = [(e.name, d, run.lr, run.seed) for e, run in finetune_jobs(plan) for d in run.datasets]
@@ -66,6 +67,20 @@ def test_protocol_ablation_plan_without_running_it(tmp_path):
     assert len(select(plan, pattern='610m-mlm40-42k@causal-*').evals) == 3
     with pytest.raises(ConfigError, match="pooling=\\('max',\\)"):
         protocol_ablation_plan(pooling=('max',))
+
+
+def test_precision_ablation_plan_without_running_it(tmp_path):
+    "The paper's pure bf16 against fp32 master weights, one dataset per family: each point's notebook gets its format."
+    plan = get_plan('precision-ablation')
+    assert plan.runs == {} and plan.counts()['finetuning_runs'] == 2 * 2 * 4 * len(PAPER_LRS) * len(PAPER_SEEDS)
+    assert {(e.source, e.protocol) for e in plan.evals} == {(src, (('precision', p),)) for p in ('pure_bf16', 'amp_bf16')
+                                                           for src in ('MLMvsCLM/610m-clm-42k', 'MLMvsCLM/610m-mlm40-42k')}
+    for e in plan.evals:
+        cfg = finetune_config(**finetune_params(plan, e, tmp_path))
+        assert (cfg.precision, cfg.attention, cfg.pooling) == (dict(e.protocol)['precision'], 'bidirectional', 'mean')
+        assert cfg.max_steps is None and cfg.tasks == ','.join(e.datasets)
+    keys = {k for _, run in finetune_jobs(plan) for k in run.keys}
+    assert all(k.endswith(('|precision=pure_bf16', '|precision=amp_bf16')) for k in keys)   # never the paper's cell
 
 
 def test_selection_errors_name_the_bad_value():
