@@ -27,12 +27,12 @@ from .paper_runs import paper_rows, reported_scores
 
 # %% auto #0
 __all__ = ['KIND_COLORS', 'KIND_LABELS', 'PAPER_MARKERS', 'PAPER_MARKER', 'TABLE_GROUPS', 'COMPARISONS', 'split_control',
-           'study_scores', 'control_scores', 'draw_control', 'setup_style', 'save_figure', 'scale_note', 'fig_overview',
-           'fig_mlm_vs_clm', 'fig_mask_ratio', 'fig_data_efficiency', 'paper_flops_per_step', 'fig_lr_stability',
-           'fig_biphasic', 'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest', 'protocol_gaps',
-           'fig_protocol_gap', 'hyperparameter_table', 'results_tables', 'ours_minus_paper', 'directions',
-           'write_table', 'collect_cpt_loss', 'unigram_entropy', 'corpus_unigram_entropy', 'collect_pretrain_loss',
-           'render_all', 'drawable', 'main']
+           'checkpoint_meta', 'study_scores', 'control_scores', 'draw_control', 'setup_style', 'save_figure',
+           'scale_note', 'fig_overview', 'fig_mlm_vs_clm', 'fig_mask_ratio', 'fig_data_efficiency',
+           'paper_flops_per_step', 'fig_lr_stability', 'fig_biphasic', 'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss',
+           'fig_biphasic_largest', 'protocol_gaps', 'fig_protocol_gap', 'hyperparameter_table', 'results_tables',
+           'ours_minus_paper', 'directions', 'write_table', 'collect_cpt_loss', 'unigram_entropy',
+           'corpus_unigram_entropy', 'collect_pretrain_loss', 'render_all', 'drawable', 'main']
 
 # %% ../nbs/05_figures.ipynb #30282a31
 def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -41,13 +41,21 @@ def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return results[~is_control], results[is_control]
 
 
+def checkpoint_meta(names) -> pd.DataFrame:
+    """`describe_checkpoint` of each name once, as a table. Its columns are those of any released name, so that no
+    names (a store with no row in the paper's cell: a protocol or precision ablation alone) give an empty table with
+    every column, and the figures then draw the paper's numbers only."""
+    columns = list(describe_checkpoint('610m-clm-42k'))
+    rows = [describe_checkpoint(n) for n in pd.unique(pd.Series(names, dtype=object))]
+    return pd.DataFrame(rows, columns=columns).astype({'intermediate': bool})   # a mask even when empty
+
+
 def study_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
     "Family scores (percent) with CIs and checkpoint metadata, one row per (checkpoint, family); the control left out."
     fam = family_scores(protocol_cell(paper_rows(split_control(results)[0])), selection)
     fam = fam[fam.family.isin(FAMILIES)].copy()
     for c in ('score', 'ci_low', 'ci_high'): fam[c] = fam[c] * 100
-    meta = pd.DataFrame([describe_checkpoint(n) for n in fam.checkpoint.unique()])
-    return fam.merge(meta, on='checkpoint')
+    return fam.merge(checkpoint_meta(fam.checkpoint), on='checkpoint')
 
 # %% ../nbs/05_figures.ipynb #f2c39860
 def control_scores(control: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
@@ -297,7 +305,7 @@ def paper_flops_per_step(size: str,  # a model size of `mlmclm.sizes.MODEL_SIZES
 
 # %% ../nbs/05_figures.ipynb #c032b2f5
 def fig_lr_stability(curves: pd.DataFrame, scale: str):
-    meta = pd.DataFrame([describe_checkpoint(n) for n in curves.checkpoint.unique()])
+    meta = checkpoint_meta(curves.checkpoint)
     c = _pure(curves.merge(meta, on='checkpoint'))
     fig, axes = _facet()
     for ax, fam in zip(axes, FAMILIES):
@@ -454,7 +462,7 @@ def fig_biphasic_largest(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
 # %% ../nbs/05_figures.ipynb #fa95bac7
 def _gap_rows(per_seed: pd.DataFrame, cell: dict) -> list[dict]:
     "MLM minus CLM (points) per family for each final MLM model paired with the CLM model of its size and budget."
-    meta = pd.DataFrame([describe_checkpoint(n) for n in per_seed.checkpoint.unique()])
+    meta = checkpoint_meta(per_seed.checkpoint)
     df = _final(per_seed.merge(meta, on='checkpoint'))
     rows = []
     for (name, fam), m in df[df.kind == 'mlm'].groupby(['checkpoint', 'family']):
@@ -483,6 +491,8 @@ def fig_protocol_gap(gaps: pd.DataFrame, scale: str):
     "The MLM−CLM gap per family under each fine-tuning protocol cell (bars: pairs; shaded: the paper's cell)."
     cells = list(dict.fromkeys(zip(*(gaps[a] for a in PROTOCOL_AXES))))
     paper_cell = tuple(v[0] for v in PROTOCOL_AXES.values())
+    # the axes whose value differs between the cells drawn label them (a precision ablation: the precision only)
+    varied = [i for i in range(len(PROTOCOL_AXES)) if len({c[i] for c in cells + [paper_cell]}) > 1] or [0]
     pairs = sorted(set(zip(gaps.mlm, gaps.clm)))
     width = 0.8 / max(len(pairs), 1)
     fig, axes = _facet(width=9.0, height=2.6)
@@ -496,9 +506,9 @@ def fig_protocol_gap(gaps: pd.DataFrame, scale: str):
             i = cells.index(paper_cell)
             ax.axvspan(i - 0.45, i + 0.45, color='grey', alpha=0.15, lw=0, label="the paper's protocol")
         ax.axhline(0, color='black', lw=0.8)
-        ax.set_xticks(range(len(cells))); ax.set_xticklabels(['\n'.join(c) for c in cells], fontsize=6)
+        ax.set_xticks(range(len(cells))); ax.set_xticklabels(['\n'.join(c[i] for i in varied) for c in cells], fontsize=6)
     _finish(fig, axes, 'Beyond the paper: MLM − CLM gap under each fine-tuning protocol', scale,
-            ' / '.join(PROTOCOL_AXES), ylabel='MLM − CLM (points)')
+            ' / '.join(list(PROTOCOL_AXES)[i] for i in varied), ylabel='MLM − CLM (points)')
     return fig
 
 # %% ../nbs/05_figures.ipynb #ce60aa4e
@@ -539,7 +549,7 @@ def _cell(mean, lo, hi):
 
 def results_tables(per_dataset: pd.DataFrame, scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
     "Tables 2–17: name -> table (rows: checkpoints, columns: datasets and the family mean)."
-    meta = pd.DataFrame([describe_checkpoint(n) for n in per_dataset.checkpoint.unique()])
+    meta = checkpoint_meta(per_dataset.checkpoint)
     tables = {}
     for title, first, keep in TABLE_GROUPS:
         chosen = set(meta[keep(meta)].checkpoint)

@@ -246,6 +246,19 @@ def test_precision_cells_survive_the_tidy_table_and_stay_out_of_the_papers_figur
     plt.close('all')
 
 
+def test_a_store_of_the_precision_ablation_alone_renders(tmp_path):
+    "No row in the paper's cell: every figure still renders (the paper's numbers only), the protocol figure names the precisions."
+    rows = protocol_grid().query("attention == 'bidirectional' and pooling != 'mean'").copy()
+    rows['precision'], rows['pooling'] = rows.pooling.map(dict(last='pure_bf16', first='amp_bf16')), 'mean'
+    figs = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figures, 'save_figure', lambda fig, folder, name, close=True: figs.__setitem__(name, fig) or [])
+        render_all(rows, tmp_path, scale='paper')
+    assert {'fig2_mlm_vs_clm', 'fig5_lr_stability', 'figP_protocol_gap'} <= set(figs)
+    assert [t.get_text() for t in figs['figP_protocol_gap'].axes[0].get_xticklabels()] == ['pure_bf16', 'amp_bf16']
+    plt.close('all')
+
+
 @pytest.mark.skipif(not (REFERENCE/'results.csv').is_file(), reason='no committed demo results yet')
 def test_committed_demo_results_render_every_figure(tmp_path):
     results = read_results(REFERENCE/'results.csv')
