@@ -17,7 +17,7 @@ import pandas as pd
 from .core import ConfigError, assets_dir
 from .vocab import FAMILIES, PAPER_DATASETS, describe_checkpoint, parse_run_name
 from .results import (DEFAULT_SELECTION, SELECTIONS, StoreWriter, check_store_path, code_version, counted,
-                            current_rows, family_scores, load_results, read_rows, row_problem, run_key)
+                            current_rows, family_scores, load_results, protocol_cell, read_rows, row_problem, run_key)
 
 # %% auto #0
 __all__ = ['RUN_DIR', 'NOT_IN_PAPER', 'KNOWN_DATASETS', 'IMPORT_BATCH', 'reported_scores', 'parse_result_path',
@@ -140,7 +140,7 @@ def paper_rows(results: pd.DataFrame) -> pd.DataFrame:
 def compare_with_paper(results: pd.DataFrame, reported: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     "(cell table: paper, ours under each selection, differences; summary: mean |difference| per selection, default first)."
     reported = reported_scores() if reported is None else reported
-    res = paper_rows(results)
+    res = protocol_cell(paper_rows(results))   # the paper's protocol only: an ablation's rows in the store stay out
     cells = reported[['checkpoint', 'family', 'score']].rename(columns={'score': 'paper'})
     for sel in SELECTIONS:
         fam = family_scores(res, sel)[['checkpoint', 'family', 'score']]

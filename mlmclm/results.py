@@ -30,9 +30,9 @@ from .runs import FinetuneRun, run_key, shard_dir
 __all__ = ['RESULT_KEYS', 'RESULT_COLUMNS', 'SELECTIONS', 'DEFAULT_SELECTION', 'FAMILY_SCORE_COLUMNS', 'check_store_path',
            'row_problem', 'scan_store', 'read_rows', 'current_rows', 'load_results', 'unique_runs', 'tidy_results',
            'read_results', 'code_version', 'writer_id', 'StoreWriter', 'read_examples', 'checkpoint_identity',
-           'check_checkpoint_name', 'missing', 'shard_state', 'compact', 'store_health', 'describe_health', 'counted',
-           't_interval', 'select_lr', 'aggregate', 'seed_family_scores', 'family_scores', 'lr_curve', 'lr_sensitivity',
-           'protocol_cell', 'protocol_cells', 'diff_interval', 'bootstrap_intervals', 'main']
+           'check_checkpoint_name', 'missing', 'shard_state', 'compact', 'store_health', 'describe_health',
+           'protocol_cell', 'protocol_cells', 'counted', 't_interval', 'select_lr', 'aggregate', 'seed_family_scores',
+           'family_scores', 'lr_curve', 'lr_sensitivity', 'diff_interval', 'bootstrap_intervals', 'main']
 
 # %% ../nbs/03a_results.ipynb #8be1669b
 RESULT_KEYS = ('checkpoint_name', 'dataset', 'lr', 'seed')
@@ -95,11 +95,13 @@ def _line_no(problem: str) -> int: return int(problem.split()[1].rstrip(':')) if
 
 def _with_precision_asked(row: dict) -> dict:
     """`row` in today's columns: a row written before precision was part of a run's identity holds the format that
-    ran in `precision`, which now says what was asked; that value moves to `precision_used`, and what was asked
-    stays unknown (empty: the paper's cell, the identity such a row always had)."""
+    ran in `precision`, which now says what was asked; that value moves to `precision_used`. What was asked is then
+    known for `amp_bf16` only (`auto` never resolves to it); `pure_bf16` and `fp32` may have been `auto`, so it is
+    left empty: the paper's cell, the identity such a row always had."""
     if 'precision' not in row or 'precision_used' in row: return row
     row = dict(row)
     row['precision_used'] = row.pop('precision')
+    if row['precision_used'] == 'amp_bf16': row['precision'] = 'amp_bf16'
     return row
 
 def _read_row_files(store) -> list[tuple[Path, list, list]]:
@@ -491,6 +493,30 @@ def describe_health(h: dict) -> str:
     if h['shards'].get('dead') or h['shards'].get('closed'): lines.append('  compact would merge the closed and dead shards')
     return '\n'.join(lines)
 
+# %% ../nbs/03a_results.ipynb #1f6574b0
+def protocol_cell(results: pd.DataFrame, **cell) -> pd.DataFrame:
+    "The rows fine-tuned under `cell` (e.g. `attention='causal', pooling='last'`); an axis not named: the paper's value."
+    unknown = set(cell) - set(PROTOCOL_AXES)
+    if unknown: raise ConfigError(f'unknown protocol axis {sorted(unknown)}; choose from {list(PROTOCOL_AXES)}')
+    keep = pd.Series(True, index=results.index)
+    for axis, values in PROTOCOL_AXES.items():
+        want = cell.get(axis, values[0])
+        if want not in values: raise ConfigError(f'{axis}={want!r}; choose one of {list(values)}')
+        keep &= results[axis].fillna(values[0]).eq(want) if axis in results else want == values[0]
+    return results[keep]
+
+
+def protocol_cells(results: pd.DataFrame) -> list[dict]:
+    "The protocol cells present in `results`, in grid order (the paper's first)."
+    cols = {a: results[a].fillna(v[0]) if a in results else pd.Series(v[0], index=results.index)
+            for a, v in PROTOCOL_AXES.items()}
+    present = set(zip(*cols.values())) if len(results) else set()
+    rank = lambda cell: tuple(v.index(x) if x in v else len(v) for x, v in zip(cell, PROTOCOL_AXES.values()))
+    return [dict(zip(PROTOCOL_AXES, c)) for c in sorted(present, key=lambda c: (rank(c), c))]
+
+
+def _cell_name(cell: dict) -> str: return '/'.join(cell.values())
+
 # %% ../nbs/03a_results.ipynb #17aba356
 SELECTIONS = {'per_seed': "each seed's own best LR on validation; test mean and 95% t-interval over seeds of these per-seed scores",
               'mean': 'the LR with the best seed-mean validation score; test mean and 95% t-interval over seeds at that LR'}
@@ -519,6 +545,11 @@ def select_lr(results: pd.DataFrame,
              ) -> pd.DataFrame:
     "One row per (checkpoint, dataset, seed): the test score at the selected learning rate."
     if selection not in SELECTIONS: raise ConfigError(f'selection={selection!r}; choose one of {list(SELECTIONS)}')
+    cells = protocol_cells(results)
+    if len(cells) > 1:   # a seed's best LR would be picked across protocols, and a family mix them
+        raise ConfigError(f'the rows hold {len(cells)} fine-tuning protocols ({", ".join(_cell_name(c) for c in cells)}); '
+                          'take one first: protocol_cell(results) keeps the paper\'s, protocol_cell(results, precision='
+                          "'amp_bf16') another")
     keys = ['checkpoint_name', 'dataset']
     df = unique_runs(counted(results)).dropna(subset=['val_score'])   # a run stored twice is one run, not two seeds
     # sorted, so that a tie in validation goes to the smaller LR whatever order the store holds the rows in
@@ -575,28 +606,7 @@ def lr_sensitivity(results: pd.DataFrame) -> pd.DataFrame:
     out = (g.max() - g.mean()) * 100 * g.count() / (g.count() - 1).clip(lower=1)
     return out.rename('lr_sensitivity').reset_index()
 
-# %% ../nbs/03a_results.ipynb #1f6574b0
-def protocol_cell(results: pd.DataFrame, **cell) -> pd.DataFrame:
-    "The rows fine-tuned under `cell` (e.g. `attention='causal', pooling='last'`); an axis not named: the paper's value."
-    unknown = set(cell) - set(PROTOCOL_AXES)
-    if unknown: raise ConfigError(f'unknown protocol axis {sorted(unknown)}; choose from {list(PROTOCOL_AXES)}')
-    keep = pd.Series(True, index=results.index)
-    for axis, values in PROTOCOL_AXES.items():
-        want = cell.get(axis, values[0])
-        if want not in values: raise ConfigError(f'{axis}={want!r}; choose one of {list(values)}')
-        keep &= results[axis].fillna(values[0]).eq(want) if axis in results else want == values[0]
-    return results[keep]
-
-
-def protocol_cells(results: pd.DataFrame) -> list[dict]:
-    "The protocol cells present in `results`, in grid order (the paper's first)."
-    cols = {a: results[a].fillna(v[0]) if a in results else pd.Series(v[0], index=results.index)
-            for a, v in PROTOCOL_AXES.items()}
-    present = set(zip(*cols.values())) if len(results) else set()
-    rank = lambda cell: tuple(v.index(x) if x in v else len(v) for x, v in zip(cell, PROTOCOL_AXES.values()))
-    return [dict(zip(PROTOCOL_AXES, c)) for c in sorted(present, key=lambda c: (rank(c), c))]
-
-
+# %% ../nbs/03a_results.ipynb #d740bba5
 def diff_interval(a, b) -> tuple[float, float, float]:
     "(mean(a) - mean(b), low, high): Welch's 95% t-interval for the difference of two independent means."
     from scipy import stats

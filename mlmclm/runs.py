@@ -284,8 +284,8 @@ class FinetuneRun:
     seed: int
     attention: str = PROTOCOL_AXES['attention'][0]    # the protocol cell
     pooling: str = PROTOCOL_AXES['pooling'][0]
-    precision: str = PROTOCOL_AXES['precision'][0]    # as asked ('auto'), not as resolved on the device
     source: str = 'ours'                              # who trained it: 'ours', or 'authors' for imported runs
+    precision: str = PROTOCOL_AXES['precision'][0]    # the protocol cell's precision as asked ('auto'), not as resolved
 
     def _as_row(self, dataset: str) -> dict:
         return dict(checkpoint_name=self.checkpoint_name, dataset=dataset, lr=self.lr, seed=self.seed,
@@ -298,7 +298,7 @@ class FinetuneRun:
     def work(self) -> str: return run_key(self._as_row(f'train={self.train_task}'))
 
 
-def finetune_runs(checkpoint_name: str, datasets, lrs, seeds, source: str = 'ours',
+def finetune_runs(checkpoint_name: str, datasets, lrs, seeds, *, source: str = 'ours',
                   **cell,   # the protocol cell: a value per axis of PROTOCOL_AXES (an axis not named: the paper's)
                  ) -> list[FinetuneRun]:
     "Every run that scores `checkpoint_name` on `datasets` at each LR and seed: datasets sharing a training set are one run."

@@ -24,8 +24,8 @@ from .core import HOST, LEASE_S, ClaimHeld, ConfigError, atomic_write_text, proj
 from .vocab import (CONTROL, FINETUNE, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN,
                           PROTOCOL_AXES, SIZE_ORDER, EMBEDDED_TASKS, RunName, paper_experiments, parse_run_name,
                           parse_schedule)
-from .runs import (FinetuneConfig, FinetuneRun, PretrainRun, claim_status, finetune_grid, finetune_runs,
-                         grad_accum, pretrain_config, work_claim_path)
+from .runs import (FinetuneConfig, FinetuneRun, PretrainRun, claim_status, finetune_config, finetune_grid,
+                         finetune_runs, grad_accum, pretrain_config, work_claim_path)
 from .results import missing
 from .sizes import (MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU, flops_per_token, memory_estimate, memory_line, model_config,
                           param_counts)
@@ -434,14 +434,16 @@ def accelerate_command(plan: StudyPlan, run: PlannedRun, root: Path, num_process
             f'{extra}-m mlmclm.pretrain run {args}').replace('  ', ' ')
 
 
-def _finetune_job(point: str, run: FinetuneRun, root: str, plan_preset: str, overrides: dict) -> str:
+def _job_params(point: StudyPlan, run: FinetuneRun, root: str, overrides: dict) -> dict:
+    "The notebook parameters of one job: `run` of the one evaluation point of `point`, with `overrides`."
+    return finetune_params(point, point.evals[0], Path(root), **overrides) | dict(
+        tasks=','.join(run.datasets), lrs=str(run.lr), seeds=str(run.seed))
+
+
+def _finetune_job(point: StudyPlan, run: FinetuneRun, root: str, overrides: dict) -> str:
     "Run one fine-tuning job (what a Slurm array task executes)."
-    plan = PRESETS[plan_preset]()
-    e = next(e for e in plan.evals if e.name == point)
-    params = finetune_params(plan, e, Path(root), tasks=','.join(run.datasets), lrs=str(run.lr), seeds=str(run.seed))
-    params.update(overrides)
-    out = Path(root)/'notebooks'/f"finetune-{point}-{run.train_task}-lr{run.lr:g}-sd{run.seed}.ipynb"
-    return str(run_notebook('03b_finetune.ipynb', params, out))
+    out = Path(root)/'notebooks'/f"finetune-{point.evals[0].name}-{run.train_task}-lr{run.lr:g}-sd{run.seed}.ipynb"
+    return str(run_notebook('03b_finetune.ipynb', _job_params(point, run, root, overrides), out))
 
 
 def submit_finetune_array(plan: StudyPlan, root: Path, folder: Path, overrides: dict | None = None,
@@ -454,11 +456,15 @@ def submit_finetune_array(plan: StudyPlan, root: Path, folder: Path, overrides: 
         todo = set(missing(Path(root)/'results.jsonl', [r for _, r in jobs]))
         jobs = [(e, r) for e, r in jobs if r in todo]
     if not jobs: return []
+    # each task carries its point as a plan of that point alone (the plan's settings and overrides, none of its
+    # other points: the paper's whole plan, pickled once per task, would weigh about 140 MB over its 15,000 tasks)
+    points = {e.name: dataclasses.replace(plan, runs={}, evals=[e]) for e, _ in jobs}
+    for e, run in jobs[:1]: finetune_config(**_job_params(points[e.name], run, str(root), overrides or {}))   # bad values stop here
     executor = submitit.AutoExecutor(folder=str(folder))
     executor.update_parameters(**{'timeout_min': 120, 'gpus_per_node': 1, **slurm})
     n = len(jobs)
-    return executor.map_array(_finetune_job, [e.name for e, _ in jobs], [r for _, r in jobs], [str(root)] * n,
-                              [plan.preset] * n, [overrides or {}] * n)
+    return executor.map_array(_finetune_job, [points[e.name] for e, _ in jobs], [r for _, r in jobs], [str(root)] * n,
+                              [overrides or {}] * n)
 
 # %% ../nbs/04_study.ipynb #a8f947af
 def study_status(plan: StudyPlan, root: str | Path, lease_s: float = LEASE_S) -> 'pd.DataFrame':

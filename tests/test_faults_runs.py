@@ -32,13 +32,15 @@ def test_precision_is_keyed_as_asked_and_older_rows_keep_their_keys(tmp_path):
                                                 test_score=.9)
     with StoreWriter(store) as w:
         w.append([dict(row, dataset='sst2', precision='pure_bf16'),                                  # older: as it ran
-                  dict(row, dataset='qqp', precision='amp_bf16', precision_used='amp_bf16')])       # now: as asked
+                  dict(row, dataset='mnli', precision='amp_bf16'),                                   # older: only asked
+                  dict(row, dataset='qqp', precision='auto', precision_used='fp32')])                # now: as asked
     runs = lambda ds, **cell: finetune_runs('610m-clm-42k', ds, [1e-5], [0], **cell)
     assert missing(store, runs(['sst2'])) == []
     assert missing(store, runs(['sst2'], precision='pure_bf16')) == runs(['sst2'], precision='pure_bf16')
-    assert missing(store, runs(['qqp'])) == runs(['qqp'])
-    assert missing(store, runs(['qqp'], precision='amp_bf16')) == []
-    assert {r['precision_used'] for r in read_rows(store)} == {'pure_bf16', 'amp_bf16'}
+    assert missing(store, runs(['mnli'])) == runs(['mnli'])           # auto never gives amp_bf16: it was asked by name
+    assert missing(store, runs(['mnli'], precision='amp_bf16')) == []
+    assert missing(store, runs(['qqp'])) == [] and missing(store, runs(['qqp'], precision='fp32')) == runs(['qqp'], precision='fp32')
+    assert [r['precision_used'] for r in read_rows(store)] == ['pure_bf16', 'amp_bf16', 'fp32']
 
 
 # ---------------------------------------------------------------- one trainer per pretraining run

@@ -2,6 +2,7 @@
 the config whatever the notebook's other cells assign, papermill runs only the Run section, run keys agree between
 the sweep, the local launcher, the Slurm array and `study status`, and one pretraining run has one trainer."""
 import ast
+import dataclasses
 import json
 import subprocess
 import sys
@@ -12,9 +13,11 @@ import pytest
 
 import mlmclm.finetune as ft
 import mlmclm.study as study
-from mlmclm.core import notebook_config, project_root, read_json, read_jsonl
+from mlmclm.core import ConfigError, notebook_config, project_root, read_json, read_jsonl
 from mlmclm.results import StoreWriter
-from mlmclm.runs import FinetuneConfig, PretrainConfig, finetune_config, finetune_preset, pretrain_preset
+from mlmclm.runs import (FinetuneConfig, PretrainConfig, finetune_config, finetune_grid, finetune_preset, finetune_runs,
+                         pretrain_preset)
+from mlmclm.vocab import PROTOCOL_AXES
 
 ROOT = project_root()
 PY = sys.executable
@@ -183,6 +186,24 @@ class _NoSlurm:
     def __init__(self, folder): pass
     def update_parameters(self, **kw): pass
     def map_array(self, fn, *args): return list(zip(*args))
+
+
+def test_each_slurm_task_runs_the_keys_the_plan_counted(tmp_path, monkeypatch):
+    "An array task carries its point (its cell, the plan's overrides); the sweep it starts asks for the keys the plan counted."
+    monkeypatch.setattr('submitit.AutoExecutor', _NoSlurm)
+    custom = study.protocol_ablation_plan(('hub/610m-clm-42k',), datasets=('sst2',), lrs=(1e-4,), seeds=(0,), pooling=('last',))
+    fp32 = dataclasses.replace(_ablation('protocol'), finetune_overrides=dict(precision='fp32'))
+    for plan in (_ablation('precision'), custom, fp32):   # custom: a plan no preset builds
+        tasks = study.submit_finetune_array(plan, tmp_path, tmp_path/'slurm')
+        assert len(tasks) == len(study.finetune_jobs(plan))
+        for point, run, root, overrides in tasks:
+            cfg = finetune_config(**study._job_params(point, run, root, overrides))
+            lrs, seeds = finetune_grid(cfg)
+            asked = finetune_runs(cfg.checkpoint_name, cfg.tasks.split(','), lrs, seeds, **{a: getattr(cfg, a) for a in PROTOCOL_AXES})
+            assert [r.keys for r in asked] == [run.keys], (plan.preset, run)
+    assert all(k.endswith('|precision=fp32') for _, r in study.finetune_jobs(fp32) for k in r.keys)
+    with pytest.raises(ConfigError, match=r"\['precision'\] in the overrides of one job"):
+        study.submit_finetune_array(custom, tmp_path, tmp_path/'slurm', overrides=dict(precision='fp32'))
 
 
 @pytest.mark.parametrize('kind', list(ABLATIONS))
