@@ -480,12 +480,11 @@ def protocol_gaps(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> 
     every cell over the datasets all cells hold, so that an ablation on one dataset per family and the paper's cell
     on all twelve compare like with like (`n_datasets`: per family)."""
     res = paper_rows(results)
-    cells = protocol_cells(res)
-    shared = set.intersection(*(set(protocol_cell(res, **c).dataset) for c in cells)) if cells else set()
-    res = res[res.dataset.isin(shared)]
+    by_cell = [(cell, protocol_cell(res, **cell)) for cell in protocol_cells(res)]
+    shared = set.intersection(*(set(rows.dataset) for _, rows in by_cell)) if by_cell else set()
     rows = []
-    for cell in cells:
-        per_seed = seed_family_scores(protocol_cell(res, **cell), selection)
+    for cell, in_cell in by_cell:
+        per_seed = seed_family_scores(in_cell[in_cell.dataset.isin(shared)], selection)
         if len(per_seed): rows += _gap_rows(per_seed, cell)
     cols = list(PROTOCOL_AXES) + ['family', 'mlm', 'clm', 'gap', 'ci_low', 'ci_high', 'mlm_score', 'clm_score',
                                   'n_seeds_mlm', 'n_seeds_clm', 'n_datasets']

@@ -23,7 +23,7 @@ import pandas as pd
 from .core import (HOST, LEASE_S, ClaimHeld, ConfigError, WriteError, append_lines, atomic_path, atomic_write_text,
                          claim, claim_state, fs_now, git_commit, jsonl_rows, owner_alive, this_process, to_json,
                          utc_now, warn_lines)
-from .vocab import PROTOCOL_AXES
+from .vocab import PROTOCOL_AXES, check_protocol_axes
 from .runs import FinetuneRun, run_key, shard_dir
 
 # %% auto #0
@@ -496,8 +496,7 @@ def describe_health(h: dict) -> str:
 # %% ../nbs/03a_results.ipynb #1f6574b0
 def protocol_cell(results: pd.DataFrame, **cell) -> pd.DataFrame:
     "The rows fine-tuned under `cell` (e.g. `attention='causal', pooling='last'`); an axis not named: the paper's value."
-    unknown = set(cell) - set(PROTOCOL_AXES)
-    if unknown: raise ConfigError(f'unknown protocol axis {sorted(unknown)}; choose from {list(PROTOCOL_AXES)}')
+    check_protocol_axes(cell)
     keep = pd.Series(True, index=results.index)
     for axis, values in PROTOCOL_AXES.items():
         want = cell.get(axis, values[0])

@@ -17,7 +17,7 @@ from pathlib import Path
 from .core import (LEASE_S, ConfigError, atomic_write_text, build_config, claim_state, config_hash, param,
                          project_root, try_claim)
 from .vocab import (ADAMW, E3_STEPS, FINETUNE, FINETUNE_OPTIONS, PAPER_LRS, PAPER_SEEDS, PRETRAIN, PROTOCOL_AXES,
-                          SIZE_ORDER, TRAIN_ON, parse_run_name)
+                          SIZE_ORDER, TRAIN_ON, check_protocol_axes, parse_run_name)
 
 # %% auto #0
 __all__ = ['SEED_MAX', 'LR_MAX', 'BIPHASIC_CLM_FRACTION', 'FSDP_SIZES', 'FINETUNE_PRESETS', 'comma_numbers', 'step_defaults',
@@ -302,8 +302,7 @@ def finetune_runs(checkpoint_name: str, datasets, lrs, seeds, *, source: str = '
                   **cell,   # the protocol cell: a value per axis of PROTOCOL_AXES (an axis not named: the paper's)
                  ) -> list[FinetuneRun]:
     "Every run that scores `checkpoint_name` on `datasets` at each LR and seed: datasets sharing a training set are one run."
-    unknown = set(cell) - set(PROTOCOL_AXES)
-    if unknown: raise ConfigError(f'unknown protocol axis {sorted(unknown)}; choose from {list(PROTOCOL_AXES)}')
+    check_protocol_axes(cell)
     trainings = {}
     for d in datasets: trainings.setdefault(TRAIN_ON.get(d, d), []).append(d)
     return [FinetuneRun(checkpoint_name, train, tuple(ds), float(lr), int(seed), source=source, **cell)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from .core import HOST, LEASE_S, ClaimHeld, ConfigError, atomic_write_text, project_root, read_json, read_jsonl
 from .vocab import (CONTROL, FINETUNE, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN,
-                          PROTOCOL_AXES, SIZE_ORDER, EMBEDDED_TASKS, RunName, paper_experiments, parse_run_name,
-                          parse_schedule)
+                          PROTOCOL_AXES, SIZE_ORDER, EMBEDDED_TASKS, RunName, check_protocol_axes, paper_experiments,
+                          parse_run_name, parse_schedule)
 from .runs import (FinetuneConfig, FinetuneRun, PretrainRun, claim_status, finetune_config, finetune_grid,
                          finetune_runs, grad_accum, pretrain_config, work_claim_path)
 from .results import missing
@@ -340,8 +340,7 @@ def protocol_ablation_plan(checkpoints: tuple = ABLATION_CHECKPOINTS,  # hub ids
                                      # an axis not named keeps the paper's value; none named: `PROTOCOL_GRID`
                           ) -> StudyPlan:
     "Fine-tune `checkpoints` under every cell of the grid of `axes`; no pretraining."
-    unknown = set(axes) - set(PROTOCOL_AXES)
-    if unknown: raise ConfigError(f'unknown protocol axis {sorted(unknown)}; choose from {list(PROTOCOL_AXES)}')
+    check_protocol_axes(axes)
     axes = axes or PROTOCOL_GRID
     values = {a: (axes[a],) if isinstance(axes[a], str) else tuple(axes[a]) for a in PROTOCOL_AXES if a in axes}
     for a, vs in values.items():
@@ -459,7 +458,8 @@ def submit_finetune_array(plan: StudyPlan, root: Path, folder: Path, overrides: 
     # each task carries its point as a plan of that point alone (the plan's settings and overrides, none of its
     # other points: the paper's whole plan, pickled once per task, would weigh about 140 MB over its 15,000 tasks)
     points = {e.name: dataclasses.replace(plan, runs={}, evals=[e]) for e, _ in jobs}
-    for e, run in jobs[:1]: finetune_config(**_job_params(points[e.name], run, str(root), overrides or {}))   # bad values stop here
+    first, run = jobs[0]
+    finetune_config(**_job_params(points[first.name], run, str(root), overrides or {}))   # bad values stop here
     executor = submitit.AutoExecutor(folder=str(folder))
     executor.update_parameters(**{'timeout_min': 120, 'gpus_per_node': 1, **slurm})
     n = len(jobs)

@@ -18,7 +18,7 @@ __all__ = ['OBJECTIVES', 'SIZE_ORDER', 'CONTROL', 'SIZES', 'RATIOS', 'BUDGETS', 
            'ADAMW', 'PRETRAIN', 'FINETUNE', 'FINETUNE_OPTIONS', 'PROTOCOL_AXES', 'PROTOCOL', 'Phase', 'parse_schedule',
            'phase_at', 'switch_steps', 'RunName', 'kilo_steps', 'run_name', 'parse_run_name', 'describe_checkpoint',
            'paper_experiments', 'paper_checkpoints', 'paper_run_names', 'AdamW', 'PretrainRecipe', 'FinetuneRecipe',
-           'ProtocolOption']
+           'ProtocolOption', 'check_protocol_axes']
 
 # %% ../nbs/00a_vocab.ipynb #e37d229b
 OBJECTIVES = ('clm', 'mlm')
@@ -356,6 +356,11 @@ FINETUNE_OPTIONS = {
 # the protocol options a study may vary between runs (the protocol and precision ablations): each is part of a run's
 # identity, as asked (precision 'auto', not the format it resolved to on the device, so a CPU and a GPU ask the same)
 PROTOCOL_AXES = {a: FINETUNE_OPTIONS[a].choices for a in ('attention', 'pooling', 'precision')}   # the paper's value first
+
+def check_protocol_axes(names) -> None:
+    "Refuse any of `names` (a protocol cell's or grid's keys) that is not an axis of `PROTOCOL_AXES`."
+    unknown = set(names) - set(PROTOCOL_AXES)
+    if unknown: raise ConfigError(f'unknown protocol axis {sorted(unknown)}; choose from {list(PROTOCOL_AXES)}')
 
 # the fine-tuning protocol in words, as Table 1 prints it: written from FINETUNE and FINETUNE_OPTIONS' defaults
 PROTOCOL = {'optimizer': str(ADAMW), 'schedule': f'linear: {FINETUNE_OPTIONS["warmup"]}',
