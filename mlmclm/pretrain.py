@@ -476,10 +476,12 @@ class Run:
         if self.claim is not None: self.claim.release(); self.claim = None
 
 # %% ../nbs/02_pretrain.ipynb #f0e2835e
-def _fsdp_plugin(bf16: bool):
+def _fsdp_plugin():
+    "FSDP2 with fp32 weights, gradients and reductions: under `acc.autocast()` it computes as one process and DDP do."
     from accelerate import FullyShardedDataParallelPlugin
     from torch.distributed.fsdp import MixedPrecisionPolicy
-    mixed = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
+    # a policy, not None: given None, accelerate sets param_dtype=bf16 from mixed_precision='bf16'
+    mixed = MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32)
     return FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy='transformer_based_wrap',
                                           transformer_cls_names_to_wrap=['Block'], reshard_after_forward=True,
                                           state_dict_type='SHARDED_STATE_DICT', mixed_precision_policy=mixed)
@@ -503,7 +505,7 @@ def _accelerator(cfg: PretrainConfig):
     if not cfg.fsdp:   # DDP's gradients live in its buckets: no second fp32 copy of every gradient
         from accelerate.utils import DistributedDataParallelKwargs
         return Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(gradient_as_bucket_view=True)], **kw)
-    plugin = _fsdp_plugin(bf16)
+    plugin = _fsdp_plugin()
     acc = Accelerator(fsdp_plugin=plugin, **kw)
     if acc.num_processes > 1 and not acc.is_fsdp2: _fsdp_on_cpu(acc, plugin)
     return acc
