@@ -641,6 +641,12 @@ def _data_record(run: Run, why: str) -> dict:
     return record
 
 
+def _phase_flops(run: Run, phase: Phase) -> float:
+    "Training FLOPs per token of `phase` (`mlmclm.sizes.flops_per_token`): MLM's sparse head computes the LM head at the masked positions only."
+    return flops_per_token(run.raw_model.config, run.cfg.seq_len, phase.objective, phase.mask_ratio or 0.0,
+                           run.cfg.sparse_head)
+
+
 def _record(run: Run, state: TrainState, why: str, history: list, replaced: dict | None, repairs: list) -> None:
     "Write `run.json`: the config, the data range, what ran, and how this session started."
     if replaced is not None: history = history + [dict(config=replaced, until_step=state.step)]
@@ -649,9 +655,11 @@ def _record(run: Run, state: TrainState, why: str, history: list, replaced: dict
                   mixed_precision=run.acc.mixed_precision)
     batch = dict(global_batch=run.rows_per_step, micro_batch=run.cfg.batch_size, grad_accum=run.grad_accum,
                  processes=run.acc.num_processes)
+    flops = [_phase_flops(run, p) for p in run.phases]
     write_run_record(run.folder, run.cfg, seed=run.cfg.seed, run_id=run.run_id,
-                     phases=[dataclasses.asdict(p) for p in run.phases], tokenizer=run.tokenizer.name_or_path,
-                     attn_backend=run.backend, flops_per_token=flops_per_token(run.raw_model.config, run.cfg.seq_len),
+                     phases=[dict(dataclasses.asdict(p), flops_per_token=f) for p, f in zip(run.phases, flops)],
+                     tokenizer=run.tokenizer.name_or_path, attn_backend=run.backend,
+                     flops_per_token=sum(f * p.steps for f, p in zip(flops, run.phases)) / run.cfg.total_steps,
                      resumed_at=state.step, data=_data_record(run, why), ran_on=ran_on, batch=batch, recovered=repairs,
                      attention=attention_kernel(run.backend, run.acc.device), memory_estimate=run.memory, **extra)
 
@@ -702,6 +710,33 @@ def _memory(run) -> dict:
     return max(map(estimate, run.phases), key=lambda e: e['peak_gib'])
 
 
+def _device_memory(device) -> int | None:
+    "The bytes of memory of the card `device`; None on a CPU (host memory is not what the estimate models)."
+    device = torch.device(device)
+    return torch.cuda.get_device_properties(device).total_memory if device.type == 'cuda' else None
+
+
+def _warn(run, msg: str) -> None:
+    "A loud warning from the main process: a Python warning and a line on stderr."
+    if not run.is_main: return
+    warnings.warn(msg, RuntimeWarning, stacklevel=3)
+    print(f'WARNING: {msg}', file=sys.stderr)
+
+
+def _check_layout(run) -> None:
+    "Say so when `fsdp=True` shards nothing (one process) and when the estimated peak exceeds the card's memory."
+    if run.cfg.fsdp and run.acc.num_processes == 1:
+        _warn(run, f'fsdp=True but this session runs one process: nothing is sharded, the run trains unsharded '
+                   f'(estimated peak {run.memory["peak_gib"]:.1f} GiB, that of one unsharded process). Launch several '
+                   f'processes to shard (torchrun --nproc_per_node N or accelerate launch --num_processes N)')
+    total = _device_memory(run.acc.device)
+    if total is not None and run.memory['peak_gib'] * 2**30 > total:
+        _warn(run, f'{memory_line(run.memory)}; that is more than the {total / 2**30:.3g} GiB of {run.acc.device}: '
+                   f'the run will likely run out of memory. Lower batch_size (the accumulation grows to keep '
+                   f'global_batch), set ce_chunk or '
+                   f'gradient_checkpointing=True, or shard over more processes (fsdp=True)')
+
+
 def _setup_claimed(cfg: PretrainConfig, acc, phases: list, accumulation: int, held) -> tuple[Run, TrainState]:
     "The rest of `setup` once the run is ours: data, folder, seed, model, processes, resume, record."
     tokenizer = _tokenizer_for(cfg)
@@ -721,6 +756,7 @@ def _setup_claimed(cfg: PretrainConfig, acc, phases: list, accumulation: int, he
               session=_session(acc), grad_accum=accumulation, claim=held)
     run.memory = _memory(run)
     acc.print(memory_line(run.memory))
+    _check_layout(run)
     state, extra = _resume(run)                   # after `prepare`: FSDP shards the weights the state is loaded into
     run.data_offset, why = _data_offset(cfg, store, extra)
     if run.is_main: _record(run, state, why, history, replaced, repairs)

@@ -83,3 +83,43 @@ def test_sharded_and_unsharded_runs_compute_alike_in_fp32_weights_under_bf16_aut
     assert abs(a[0] - b[0]) < 1e-6, (a, b)                      # the same weights, rows and kernels: the same loss
     assert max(abs(x - y) for x, y in zip(a, b)) < 5e-4, (a, b)   # then gradients summed in another order
     assert all(w.dtype == torch.float32 for w in load(sharded/'checkpoints'/'step-4').state_dict().values())
+
+
+def _setup(tmp_path, **kw):
+    "A run set up (model built, run.json written) but not trained; its claim released."
+    run, state = P.setup(pretrain_config(**{**TINY, 'out_dir': str(tmp_path), 'run_id': 'r', **kw}))
+    run.release()
+    return run
+
+
+def test_run_json_records_each_phases_own_flops_per_token(tmp_path):
+    run = _setup(tmp_path, schedule='biphasic', clm_steps=3, total_steps=8, mask_ratio=0.3)
+    record = read_json(run.folder/'run.json')
+    cfg = run.raw_model.config
+    clm, mlm = flops_per_token(cfg, 32, 'clm'), flops_per_token(cfg, 32, 'mlm', 0.3, sparse_head=True)
+    assert mlm < clm                                             # the sparse head: the LM head at 30% of the positions
+    assert [(p['objective'], p['steps'], p['flops_per_token']) for p in record['phases']] == [('clm', 3, clm), ('mlm', 5, mlm)]
+    assert record['flops_per_token'] == pytest.approx((3 * clm + 5 * mlm) / 8)
+    dense = read_json(_setup(tmp_path/'dense', schedule='mlm', total_steps=4, sparse_head=False).folder/'run.json')
+    assert dense['phases'][0]['flops_per_token'] == dense['flops_per_token'] == clm   # no sparse head: CLM's cost
+
+
+def test_one_process_fsdp_is_said_aloud(tmp_path, capsys):
+    with pytest.warns(RuntimeWarning, match='fsdp=True but this session runs one process: nothing is sharded'):
+        _setup(tmp_path, schedule='clm', total_steps=4, fsdp=True)
+    assert 'WARNING: fsdp=True' in capsys.readouterr().err
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', RuntimeWarning)
+        _setup(tmp_path/'plain', schedule='clm', total_steps=4)   # nothing to say
+
+
+def test_an_estimate_above_the_cards_memory_is_said_aloud_with_the_numbers(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(P, '_device_memory', lambda device: 2**20)   # a card of 1 MiB
+    with pytest.warns(RuntimeWarning, match=r'estimated peak 0\.\d GiB per process \(\w+, none over 1, .*more than the '
+                                            r'0\.000977 GiB of cpu: the run will likely run out of memory'):
+        _setup(tmp_path, schedule='clm', total_steps=4)
+    assert 'set ce_chunk or gradient_checkpointing=True' in capsys.readouterr().err
+    monkeypatch.setattr(P, '_device_memory', lambda device: 80 * 2**30)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', RuntimeWarning)
+        _setup(tmp_path/'fits', schedule='clm', total_steps=4)
