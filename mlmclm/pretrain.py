@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import hashlib
 import json
@@ -38,11 +39,12 @@ from .objectives import MEASURED, adamw, attention_span, device_peak_flops, lm_l
 from .packing import to_device
 
 # %% auto #0
-__all__ = ['COMPLETE', 'STATE_MANIFEST', 'STATE_CHECKSUMS', 'HELDOUT_SEED', 'resolve_phases', 'check_pretrain_config',
-           'step_batches', 'prefetched', 'recover_swaps', 'state_folder', 'save_training_state', 'load_training_state',
-           'StateError', 'seal_state', 'check_state', 'TrainState', 'Run', 'heldout_rows_of', 'heldout_first_token',
-           'setup', 'batch_stream', 'train_step', 'heldout_batches', 'heldout_loss', 'Throughput', 'log_metrics',
-           'keep_checkpoint', 'save_if_due', 'pretrain', 'command_config', 'main', 'loss_figure']
+__all__ = ['COMPLETE', 'STATE_MANIFEST', 'FULL_DISK_BYTES', 'STATE_CHECKSUMS', 'HELDOUT_SEED', 'resolve_phases',
+           'check_pretrain_config', 'step_batches', 'prefetched', 'recover_swaps', 'state_folder',
+           'save_training_state', 'load_training_state', 'StateError', 'seal_state', 'check_state', 'TrainState', 'Run',
+           'heldout_rows_of', 'heldout_first_token', 'setup', 'batch_stream', 'train_step', 'heldout_batches',
+           'heldout_loss', 'Throughput', 'log_metrics', 'keep_checkpoint', 'link_state', 'save_if_due', 'pretrain',
+           'command_config', 'main', 'loss_figure']
 
 # %% ../nbs/02_pretrain.ipynb #7dbd8cd7
 def resolve_phases(cfg: PretrainConfig) -> list[Phase]:
@@ -194,7 +196,11 @@ def _atomic_dir(final: Path, write, run=None) -> Path:
         if tmp.exists(): shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
     _everyone(run)
-    write(tmp)
+    try: write(tmp)
+    except BaseException as e:   # DCP (a BaseException), torch.save, safetensors: each fails its own way
+        if main and not isinstance(e, (KeyboardInterrupt, SystemExit)) and (full := _write_failed(final, tmp, e)):
+            raise full from e
+        raise
     _everyone(run)
     if main:
         (tmp/COMPLETE).write_text(f'{time.time()}\n')
@@ -205,6 +211,58 @@ def _atomic_dir(final: Path, write, run=None) -> Path:
         if old.exists(): shutil.rmtree(old)
     _everyone(run)
     return final
+
+
+FULL_DISK_BYTES = 64 * 2**20   # a write that failed with less free space than this left was stopped by a full disk
+
+def _write_failed(final: Path, tmp: Path, error: BaseException) -> OSError | None:
+    "After a failed write of `final`: its temporary folder `tmp` removed; the error that names a full disk, if it was one."
+    written = sum(p.stat().st_size for p in tmp.rglob('*') if p.is_file()) if tmp.is_dir() else 0
+    usage = shutil.disk_usage(final.parent)            # before the partial copy goes: what the writer saw
+    shutil.rmtree(tmp, ignore_errors=True)
+    if not (_no_space(error) or usage.free < FULL_DISK_BYTES): return None
+    mount = final.parent.resolve()
+    while not os.path.ismount(mount): mount = mount.parent
+    kept = f'{final} is unchanged' if final.exists() else f'{final} was not written'
+    return OSError(errno.ENOSPC, f'the disk is full: writing {final} failed with {_size(usage.free)} free of '
+                   f'{_size(usage.total)} on the file system mounted at {mount}{_mounted_from(mount)}, which holds '
+                   f'{final.parent} (the writer said: {_first_failure(error)}). The partial copy {tmp} '
+                   f'({_size(written)}) was removed and {kept}. Free space there (or point out_dir elsewhere) '
+                   f'and run again: it resumes from the last state saved')
+
+
+def _size(n: int) -> str: return f'{n / 2**30:.2f} GiB' if n >= 2**30 else f'{n / 2**20:.1f} MiB'
+
+
+def _mounted_from(mount: Path) -> str:
+    "' (<device>, <type>)' of the file system mounted at `mount`, from /proc/mounts where there is one."
+    try: rows = [line.split() for line in Path('/proc/mounts').read_text().splitlines()]
+    except OSError: return ''
+    found = [r for r in rows if len(r) > 2 and r[1] == str(mount)]
+    return f' ({found[-1][0]}, {found[-1][2]})' if found else ''
+
+
+def _first_failure(error: BaseException) -> str:
+    "One line of what failed: the first process's error inside DCP's `CheckpointException` (its text is whole tracebacks)."
+    failures = getattr(error, 'failures', None)
+    if isinstance(failures, dict) and failures:
+        first = failures[min(failures)]
+        error = first[0] if isinstance(first, tuple) else first
+    return f'{type(error).__name__}: {" ".join(str(error).split())[:300]}'
+
+
+def _no_space(error: BaseException) -> bool:
+    "Whether `error`, or an error it wraps (its causes; DCP's per-process failures), is ENOSPC or EDQUOT."
+    seen, todo = set(), [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen: continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT): return True
+        failures = getattr(e, 'failures', None)        # torch.distributed.checkpoint's CheckpointException
+        wrapped = [f[0] if isinstance(f, tuple) else f for f in failures.values()] if isinstance(failures, dict) else []
+        todo += [e.__cause__, e.__context__, *wrapped]
+    return False
 
 
 def recover_swaps(parent: Path) -> list[str]:
@@ -255,12 +313,30 @@ def _write_state(run, state, folder: Path) -> None:
     with _quiet_dcp():
         model_sd, optim_sd = get_state_dict(run.model, _optimizer(run.optimizer))
         dcp.save(dict(model=model_sd, optim=optim_sd), checkpoint_id=str(folder))   # collective: every shard is written
+    hashed = _everyones(run, _hash_files(_shards_of(folder, run.acc.process_index)))   # each its own, at once
     if run.is_main:
         extra = dict(tokens_seen=state.tokens_seen, run_id=run.run_id, data_offset=run.data_offset,
                      store_id=run.store.store_id, processes=run.acc.num_processes, sharding=run.sharding)
         torch.save(dict(scheduler=run.scheduler.state_dict(), step=state.step, torch_rng=torch.get_rng_state(),
                         extra=json.dumps(extra)), folder/'trainer.pt')
-        seal_state(folder)
+        _seal_written(folder, {k: v for table in hashed for k, v in table.items()})
+
+
+def _everyones(run, value) -> list:
+    "`value` of every process, in process order (every process calls it)."
+    if run.acc.num_processes == 1: return [value]
+    from accelerate.utils import gather_object
+    return gather_object([value])
+
+
+def _shards_of(folder: Path, rank: int) -> list[Path]:
+    "The shard files process `rank` wrote into a DCP folder (DCP names them `__<rank>_<n>.distcp`)."
+    return sorted(p for p in folder.glob(f'__{rank}_*.distcp') if re.fullmatch(rf'__{rank}_\d+\.distcp', p.name))
+
+
+def _hash_files(paths: list[Path]) -> dict:
+    "Bytes and SHA-256 of each file, by name."
+    return {p.name: dict(bytes=p.stat().st_size, sha256=_sha256(p)) for p in paths}
 
 
 def save_training_state(run, state) -> Path:
@@ -271,7 +347,7 @@ def save_training_state(run, state) -> Path:
 def load_training_state(run, folder: Path):
     "Check the state `folder`, then restore weights, optimizer, schedule and RNG into the prepared run (every process); returns `(TrainState, extra)`."
     folder = Path(folder)
-    check_state(folder)                      # before anything in it is unpickled
+    check_state(folder, run)                 # before anything in it is unpickled; the processes share the hashing
     if (folder/'state.pt').is_file(): return _load_legacy_state(run, folder)
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
@@ -334,6 +410,13 @@ def seal_state(folder: str | Path  # a training-state folder whose files are as 
     return atomic_write_json(folder/STATE_MANIFEST, dict(format=STATE_CHECKSUMS, files=files))
 
 
+def _seal_written(folder: Path, hashed: dict) -> Path:
+    "`checksums.json` of a state just written: the files in `hashed` (name -> bytes and SHA-256, hashed by the processes that wrote them) as given, every other file hashed here."
+    files = {k: hashed[k] if k in hashed else dict(bytes=p.stat().st_size, sha256=_sha256(p))
+             for k, p in _state_files(folder).items()}
+    return atomic_write_json(folder/STATE_MANIFEST, dict(format=STATE_CHECKSUMS, files=files))
+
+
 def _read_checksums(folder: Path) -> dict | str:
     "The `files` table of the folder's `checksums.json`, or what is wrong with it."
     path = folder/STATE_MANIFEST
@@ -351,8 +434,18 @@ def _read_checksums(folder: Path) -> dict | str:
     return files
 
 
-def _state_problem(folder: Path) -> str | None:
-    "What keeps the state `folder` from being read safely: no readable checksums, or a file missing, added or changed."
+def _hash_share(files: dict, rank: int, processes: int) -> set:
+    "The files process `rank` of `processes` hashes: the largest first, each to the process with the fewest bytes so far."
+    load, share = [0] * processes, set()
+    for name, want in sorted(files.items(), key=lambda kv: (-kv[1]['bytes'], kv[0])):
+        least = min(range(processes), key=lambda r: (load[r], r))
+        load[least] += want['bytes']
+        if least == rank: share.add(name)
+    return share
+
+
+def _state_problem(folder: Path, rank: int = 0, processes: int = 1) -> str | None:
+    "What keeps the state `folder` from being read safely: no readable checksums, or a file missing, added or changed (of the files, process `rank` of `processes` hashes its share)."
     files = _read_checksums(folder)
     if isinstance(files, str): return files
     have = _state_files(folder)
@@ -362,17 +455,25 @@ def _state_problem(folder: Path) -> str | None:
         if name not in have: return f'{folder/name} is missing'
         if (size := have[name].stat().st_size) != want['bytes']:
             return f"{folder/name} fails its checksum (it is {size} bytes, the manifest says {want['bytes']})"
+    share = _hash_share(files, rank, processes)
     for name, want in files.items():
-        if (got := _sha256(have[name])) != want['sha256']:
+        if name in share and (got := _sha256(have[name])) != want['sha256']:
             return f"{folder/name} fails its checksum (sha256 {got[:12]}..., the manifest says {want['sha256'][:12]}...)"
     return None
+
+
+def _shares_files(a: Path, b: Path) -> bool:
+    "Whether the state folders `a` and `b` hold the same file (a hard link) under some name."
+    same = lambda p, q: p.is_file() and q.is_file() and os.path.samefile(p, q)
+    return any(same(p, b/p.relative_to(a)) for p in a.rglob('*'))
 
 
 def _resume_instead(folder: Path) -> str:
     "Where to resume from instead of the state `folder`: the checkpoints of its run that carry a state."
     run = folder.parent.parent.parent if folder.parent.parent.name == 'checkpoints' else folder.parent
     steps = sorted((int(m.group(1)), p/'state') for p in (run/'checkpoints').glob('step-*')
-                   if (m := re.fullmatch(r'step-(\d+)', p.name)) and p/'state' != folder and state_folder(p/'state'))
+                   if (m := re.fullmatch(r'step-(\d+)', p.name)) and p/'state' != folder and state_folder(p/'state')
+                   and not _shares_files(p/'state', folder))   # a kept step's state/ is linked to it: damaged alike
     if not steps: return f'No checkpoint of this run carries a state: move {folder} aside to train the run from step 0.'
     listed = ', '.join(str(p) for _, p in steps)
     if folder != run/'state': return f'Checkpoints of this run with a state: {listed}.'
@@ -380,12 +481,15 @@ def _resume_instead(folder: Path) -> str:
             f'again, to the same weights): rm -r {folder} && cp -r {steps[-1][1]} {folder}')
 
 
-def check_state(folder: str | Path  # a training-state folder
+def check_state(folder: str | Path,  # a training-state folder
+                run=None,            # a prepared `Run`: its processes share the hashing (every process calls it); None: all here
                ) -> None:
     "Refuse a state whose files do not match its checksums (or that has none), naming the file and the checkpoints to resume from; a state of the pre-DCP format (nothing in it runs code when read) needs none."
     folder = Path(folder)
     if not (folder/STATE_MANIFEST).exists() and (folder/'state.pt').is_file(): return
-    if problem := _state_problem(folder):
+    rank, processes = (run.acc.process_index, run.acc.num_processes) if run is not None else (0, 1)
+    mine = _state_problem(folder, rank, processes)
+    if problem := next(filter(None, _everyones(run, mine) if run is not None else [mine]), None):
         raise StateError(f'the training state {folder} cannot be resumed: {problem}. Nothing was read from it. '
                          f'{_resume_instead(folder)}')
 
@@ -519,7 +623,7 @@ def _session(acc) -> str:
 # %% ../nbs/02_pretrain.ipynb #0e40fa62
 _SESSION_FIELDS = ('progress', 'stop_at_step', 'prefetch', 'log_every', 'save_every', 'checkpoint_steps', 'tensorboard',
                    'out_dir', 'store_dir', 'data_workers', 'device', 'attn_backend', 'compile', 'fsdp',
-                   'on_config_change', 'run_id', 'heldout_rows', 'heldout_every')   # how a session runs, not what it computes
+                   'on_config_change', 'run_id', 'heldout_rows', 'heldout_every', 'save')   # how a session runs, not what it computes
 
 def _rows_per_step(config: dict, processes: int) -> int:
     "A recorded or new config's rows per step (`global_batch`; before it existed: micro-batch x accumulation x processes)."
@@ -895,12 +999,29 @@ def keep_checkpoint(run: Run, state: TrainState, phase_index: int, phase: Phase)
     return _atomic_dir(run.folder/'checkpoints'/f'step-{state.step}', write, run)
 
 
+def link_state(run: Run, source: Path) -> Path:
+    "The run's `state/`, atomically, as hard links to the files of the state `source` just written (copies where links cannot be made)."
+    def write(tmp):
+        if run.is_main: _link_tree(source, tmp)
+    return _atomic_dir(run.state_dir, write, run)
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    "Every file under `source` at the same place under `target`: a hard link, or a copy where the file system refuses links."
+    for p in sorted(Path(source).rglob('*')):
+        if not p.is_file(): continue
+        (to := target/p.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+        try: os.link(p, to)
+        except OSError: shutil.copy2(p, to)   # another file system, no hard links there, or a link limit
+
+
 def save_if_due(run: Run, state: TrainState, phase_index: int, phase: Phase) -> None:
-    "At a kept step: a checkpoint; every `save_every` steps, at kept steps and at the last: the resumable state (every process calls it)."
+    "At a kept step: a checkpoint, and the resumable state linked to its state; every `save_every` steps and at the last: the resumable state (every process calls it). Nothing with `save=False`."
     cfg = run.cfg
+    if not cfg.save: return
     if not (state.step in run.keep_steps or state.step % cfg.save_every == 0 or state.step == run.last_step): return
-    if state.step in run.keep_steps: keep_checkpoint(run, state, phase_index, phase)
-    save_training_state(run, state)
+    if state.step in run.keep_steps: link_state(run, keep_checkpoint(run, state, phase_index, phase)/'state')
+    else: save_training_state(run, state)
 
 # %% ../nbs/02_pretrain.ipynb #77667943
 def pretrain(cfg: PretrainConfig,  # a checked config (`mlmclm.runs.pretrain_config`)
@@ -926,7 +1047,7 @@ def pretrain(cfg: PretrainConfig,  # a checked config (`mlmclm.runs.pretrain_con
         batches.close()
         if state.step < run.last_step: run.release()
     bar.close()
-    if run.is_main and state.step == cfg.total_steps:
+    if run.is_main and state.step == cfg.total_steps and cfg.save:   # save=False leaves no model: not a done run
         atomic_write_json(run.folder/'done.json', dict(step=state.step, tokens_seen=state.tokens_seen, run_id=run.run_id,
                                                        data=_tokens_read(run, state)))
     run.release()   # after done.json: whoever looks next finds the run done, never free and unfinished

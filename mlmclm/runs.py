@@ -94,6 +94,8 @@ class PretrainConfig:
     checkpoint_steps: str | None = param(None, "comma list of steps to keep checkpoints at (paper: '1000,2000,5000,"
                                                "10000,20000,40000'); None: a quarter and a half of total_steps; '': none")
     save_every: int | None = param(None, 'steps between resumable training-state saves; None: a quarter of total_steps', low=1)
+    save: bool = param(True, 'write checkpoints and training states; False: nothing at all (a measuring run such as the '
+                             'smoke: it leaves no model and cannot be resumed)')
     log_every: int = param(10, 'steps between metrics.jsonl rows', low=1)
     heldout_rows: int = param(64, "rows of the fixed held-out batch whose loss metrics.jsonl reports: the store's last "
                                   "full rows, masked alike in every run (0: none)", low=0)
@@ -141,7 +143,7 @@ def grad_accum(global_batch: int | None,  # rows per optimizer step, all process
 # %% ../nbs/00b_runs.ipynb #e0a1a2cb
 # they change how a run goes, not its numbers
 _NOT_IN_RUN_ID = ('progress', 'stop_at_step', 'run_id', 'prefetch', 'store_dir', 'data_workers', 'fsdp', 'on_config_change',
-                  'heldout_rows', 'heldout_every')
+                  'heldout_rows', 'heldout_every', 'save')
 
 def default_run_id(cfg: PretrainConfig) -> str:
     "A readable, config-specific folder name: size, schedule, steps and a hash of the fields set off their defaults."
