@@ -837,8 +837,7 @@ def _check_layout(run) -> None:
     if total is not None and run.memory['peak_gib'] * 2**30 > total:
         _warn(run, f'{memory_line(run.memory)}; that is more than the {total / 2**30:.3g} GiB of {run.acc.device}: '
                    f'the run will likely run out of memory. Lower batch_size (the accumulation grows to keep '
-                   f'global_batch), set ce_chunk or '
-                   f'gradient_checkpointing=True, or shard over more processes (fsdp=True)')
+                   f'global_batch), set ce_chunk or gradient_checkpointing=True, or shard over more processes (fsdp=True)')
 
 
 def _setup_claimed(cfg: PretrainConfig, acc, phases: list, accumulation: int, held) -> tuple[Run, TrainState]:
