@@ -4,7 +4,6 @@ a run that saves nothing, and a full disk during a state save named as such."""
 import errno
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
