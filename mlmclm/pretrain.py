@@ -447,7 +447,7 @@ def _unsealable(folder: Path) -> str | None:
     if not folder.exists(): return 'it does not exist'
     if not folder.is_dir(): return 'it is a file, not a training-state folder'
     if state_folder(folder/'state') and not (folder/'trainer.pt').exists():
-        return f"it is a checkpoint folder (a model), not a training state; its state is {folder/'state'}"
+        return f"it is not a training state but holds one (a checkpoint's or a run's): {folder/'state'}"
     needs = ('state.pt', 'model.safetensors') if (folder/'state.pt').is_file() else ('trainer.pt', '.metadata')
     if missing := [name for name in needs if not (folder/name).is_file()]:
         return (f"it is not a training-state folder: it has no {' and no '.join(missing)} (a state holds trainer.pt, "

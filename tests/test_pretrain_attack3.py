@@ -150,7 +150,7 @@ def test_n20_seal_state_refuses_what_is_not_a_training_state_folder(source, tmp_
     (tmp_path/'half').mkdir(); (tmp_path/'half'/'trainer.pt').write_bytes(b'x')
     path, message = {'a typo': (tmp_path/'typo', 'it does not exist'),
                      'a file': (tmp_path/'notes.txt', 'it is a file, not a training-state folder'),
-                     'a checkpoint folder': (ck, f"it is a checkpoint folder (a model), not a training state; its state is {ck/'state'}"),
+                     'a checkpoint folder': (ck, f"it is not a training state but holds one (a checkpoint's or a run's): {ck/'state'}"),
                      'a run folder': (tmp_path/'run', 'it is not a training-state folder: it has no trainer.pt and no .metadata'),
                      'trainer.pt alone': (tmp_path/'half', 'it is not a training-state folder: it has no .metadata (a state holds')}[case]
     files = sorted(p for p in tmp_path.rglob('*'))
