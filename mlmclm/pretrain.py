@@ -904,9 +904,10 @@ def _non_finite(run: Run, state: TrainState, phase: Phase, loss: float, counts: 
     if empty: why = (f'micro-batch {empty[0]} of the step has no {"masked" if phase.mask_ratio else "labelled"} token '
                      f'({run.cfg.batch_size} rows x {run.cfg.seq_len} tokens, mask_ratio={phase.mask_ratio}), so its loss '
                      f'is 0/0: raise mask_ratio, batch_size or seq_len')
-    else: why = 'the weights diverged (lower lr or warm up longer) or the data or init_from weights are not finite'
+    else: why = 'no micro-batch of this process was empty, so the training diverged (a lower lr or a longer warmup helps)'
     saved = state_folder(run.state_dir)
-    where = (f'the last good state is kept in {saved}; resuming it repeats the same steps, so change the above first'
+    where = (f"the last good state is kept in {saved}: resumed as it is, it repeats the same steps; with "
+             f"on_config_change='resume_anyway' it goes on under the changed settings"
              if saved else 'no state was saved yet: the run starts over at step 0')
     return FloatingPointError(f'non-finite loss {loss} at step {state.step + 1} ({phase.label}): {why}; {where}')
 

@@ -222,8 +222,12 @@ def test_n18_a_diverged_step_names_the_state_that_exists(tmp_path, monkeypatch):
     with pytest.raises(FloatingPointError) as err:
         pretrain(_cfg(tmp_path, save_every=1, checkpoint_steps=''))
     text = str(err.value)
-    assert 'non-finite loss nan at step 3 (clm): the weights diverged' in text, text
+    assert 'non-finite loss nan at step 3 (clm): no micro-batch of this process was empty, so the training diverged' in text
     assert f"the last good state is kept in {tmp_path/'a'/'state'}" in text and (tmp_path/'a'/'state').is_dir(), text
+    assert "on_config_change='resume_anyway' it goes on under the changed settings" in text, text
+    monkeypatch.undo()                                                       # the advice holds: it goes on at a lower lr
+    run = pretrain(_cfg(tmp_path, save_every=1, checkpoint_steps='', lr=1e-3, on_config_change='resume_anyway'))
+    assert [(r['step'], r['lr']) for r in read_jsonl(run/'metrics.jsonl')][2:] == [(3, 1e-3), (4, 1e-3)]
 
 
 def test_n19_an_init_from_checkpoint_with_a_nan_weight_is_refused_naming_the_tensor(source, tmp_path):
