@@ -31,7 +31,8 @@ from .core import (LEASE_S, ConfigError, atomic_path, atomic_write_json, config_
                          project_root, read_json, seed_everything, write_run_record)
 from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL_AXES
 from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir
-from .model import HEADS, Head, TaskModel, Transformer, build_model, check_checkpoint, default_backend, layout_of, load, save
+from .model import (HEADS, Head, TaskModel, Transformer, build_model, check_checkpoint, check_finite_weights,
+                          default_backend, layout_of, load, save)
 from .data import load_tokenizer, tokenizer_sha
 from .objectives import adamw
 from .packing import (HEAD_LOSSES, HeadLoss, batch_backward, collate_packed, collate_padded, micro_batches,
@@ -811,8 +812,7 @@ def recorded_name(cfg: FinetuneConfig) -> str:
 def _base_model(cfg: FinetuneConfig):
     "The checkpoint and its tokenizer, refused if any weight is not finite."
     base, tok = _load_base(cfg)
-    bad = [n for n, p in base.named_parameters() if not torch.isfinite(p).all()]
-    if bad: raise ConfigError(f'checkpoint={cfg.checkpoint!r} has weights that are not finite ({len(bad)} tensors, e.g. {bad[0]})')
+    check_finite_weights(base.named_parameters(), 'checkpoint', cfg.checkpoint)
     return base, tok
 
 

@@ -33,8 +33,8 @@ __all__ = ['HALF', 'POOLINGS', 'HEADS', 'SUPPORTED_MODEL_TYPES', 'RMSNorm', 'MLP
            'attention_kernel', 'default_backend', 'sdpa_inputs', 'Attention', 'Block', 'document_positions', 'unpad',
            'repad', 'Body', 'Output', 'Transformer', 'build_model', 'mean_pool', 'pool', 'pool_padded', 'real_tokens',
            'Head', 'TaskModel', 'compile_blocks', 'HostSyncs', 'LlamaForMaskedLM', 'register_with_transformers',
-           'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder', 'check_checkpoint', 'load',
-           'parity_error']
+           'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder', 'check_checkpoint',
+           'check_finite_weights', 'load', 'parity_error']
 
 # %% ../nbs/01_model.ipynb #02bd253c
 class RMSNorm(nn.Module):
@@ -673,6 +673,15 @@ def check_checkpoint(path_or_name: str | Path, key: str = 'checkpoint') -> None:
                           f'"MLMvsCLM/610m-clm-42k")')
     if os.environ.get('HF_HUB_OFFLINE', '0') not in ('0', ''):
         raise ConfigError(f'{key}={text!r} is not a local folder, and the hub is offline (HF_HUB_OFFLINE is set)')
+
+
+def check_finite_weights(tensors,  # (name, tensor) pairs: `model.named_parameters()`, or a checkpoint's tensors
+                         key: str,  # the setting that names the checkpoint: 'checkpoint', 'init_from'
+                         value,     # its value
+                        ) -> None:
+    "Raise `ConfigError` naming `key`, its value and the tensors that hold a NaN or an infinity (pretraining and fine-tuning refuse such a start)."
+    bad = [name for name, t in tensors if t.is_floating_point() and not torch.isfinite(t).all()]
+    if bad: raise ConfigError(f'{key}={str(value)!r} has weights that are not finite ({len(bad)} tensors, e.g. {bad[0]})')
 
 
 def _resolve(path_or_name: str | Path) -> Path:

@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+import pwd
 import queue
 import re
 import shutil
@@ -32,19 +33,20 @@ from .vocab import AdamW, Phase, parse_schedule, phase_at, switch_steps
 from .runs import PretrainConfig, grad_accum, pretrain_config, pretrain_run
 from .sizes import FLOP_CONVENTION, flops_per_token, memory_estimate, memory_line, model_config
 from .corpus import EMBEDDED_SOURCES
-from .model import (Transformer, attention_kernel, build_model, check_checkpoint, compile_blocks, config_from_hf,
-                          default_backend, load, save)
+from .model import (Transformer, attention_kernel, build_model, check_checkpoint, check_finite_weights, compile_blocks,
+                          config_from_hf, default_backend, load, save)
 from .data import TokenStore, load_tokenizer, open_store
 from .objectives import MEASURED, adamw, attention_span, device_peak_flops, lm_loss, make_batch, wsd_schedule
 from .packing import to_device
 
 # %% auto #0
-__all__ = ['COMPLETE', 'STATE_MANIFEST', 'FULL_DISK_BYTES', 'STATE_CHECKSUMS', 'HELDOUT_SEED', 'resolve_phases',
-           'check_pretrain_config', 'step_batches', 'prefetched', 'recover_swaps', 'state_folder',
-           'save_training_state', 'load_training_state', 'StateError', 'seal_state', 'check_state', 'TrainState', 'Run',
-           'heldout_rows_of', 'heldout_first_token', 'setup', 'batch_stream', 'train_step', 'heldout_batches',
-           'heldout_loss', 'Throughput', 'log_metrics', 'keep_checkpoint', 'link_state', 'save_if_due', 'pretrain',
-           'command_config', 'main', 'loss_figure']
+__all__ = ['EMPTY_BATCHES_ALLOWED', 'COMPLETE', 'STATE_MANIFEST', 'FULL_DISK_BYTES', 'STATE_CHECKSUMS', 'HELDOUT_SEED',
+           'resolve_phases', 'check_pretrain_config', 'step_batches', 'prefetched', 'recover_swaps', 'state_folder',
+           'save_training_state', 'load_training_state', 'StateError', 'seal_state', 'trusted_uids',
+           'check_state_owner', 'check_state', 'TrainState', 'Run', 'check_same_store', 'heldout_rows_of',
+           'heldout_first_token', 'setup', 'batch_stream', 'train_step', 'heldout_batches', 'heldout_loss',
+           'Throughput', 'log_metrics', 'keep_checkpoint', 'link_state', 'save_if_due', 'pretrain', 'command_config',
+           'main', 'loss_figure']
 
 # %% ../nbs/02_pretrain.ipynb #7dbd8cd7
 def resolve_phases(cfg: PretrainConfig) -> list[Phase]:
@@ -68,6 +70,7 @@ def check_pretrain_config(cfg: PretrainConfig) -> list[Phase]:
         if not 1 <= s <= cfg.total_steps:
             raise ConfigError(f'checkpoint_steps has {s}; allowed: 1..total_steps={cfg.total_steps}')
     _check_places(cfg)
+    _check_masking(cfg, phases)
     limit, of = _position_limit(cfg)
     if cfg.seq_len > limit:
         raise ConfigError(f'seq_len={cfg.seq_len} exceeds max_position_embeddings={limit} of {of}; use seq_len <= {limit}')
@@ -81,11 +84,39 @@ def _check_places(cfg: PretrainConfig) -> None:
         raise ConfigError(f'run_id={cfg.run_id!r} must be a plain folder name (no "/", not starting with "."): it '
                           f'names the run folder inside out_dir')
     if cfg.init_from is not None: check_checkpoint(cfg.init_from, 'init_from')
+    if cfg.init_from is not None and Path(cfg.init_from).is_dir():   # a hub id is checked once downloaded (`_build`)
+        check_finite_weights(_checkpoint_tensors(cfg.init_from), 'init_from', cfg.init_from)
     if cfg.resume_from is not None and not Path(cfg.resume_from).exists():
         raise ConfigError(f'resume_from={cfg.resume_from!r} does not exist (expected a checkpoint folder)')
     if cfg.resume_from is not None and state_folder(cfg.resume_from) is None:
         raise ConfigError(f"resume_from={cfg.resume_from!r} holds no training state (expected a run's state/ folder or "
                           f"a checkpoints/step-<N> folder)")
+    if cfg.trust_state_from: trusted_uids(cfg.trust_state_from)       # a name that is no user fails here
+    if cfg.resume_from is not None: check_state_owner(state_folder(cfg.resume_from), cfg.trust_state_from)
+
+
+def _checkpoint_tensors(folder):
+    "(name, tensor) of every weight of a checkpoint folder's safetensors files, one tensor in memory at a time."
+    from safetensors import safe_open
+    for file in sorted(Path(folder).glob('*.safetensors')):
+        with safe_open(str(file), 'pt') as f:
+            for name in f.keys(): yield name, f.get_tensor(name)
+
+
+EMPTY_BATCHES_ALLOWED = 1e-3   # expected micro-batches without a masked token over an MLM phase
+
+def _check_masking(cfg: PretrainConfig, phases: list[Phase]) -> None:
+    "Refuse an MLM phase whose micro-batches may hold no masked token: such a batch's loss is 0/0 and stops the run."
+    tokens = cfg.batch_size * cfg.seq_len                  # an upper bound: special tokens are never masked
+    for p in (p for p in phases if p.objective == 'mlm'):
+        micro = p.steps * max(1, (cfg.global_batch or cfg.batch_size) // cfg.batch_size)
+        if (expected := micro * (1 - p.mask_ratio) ** tokens) > EMPTY_BATCHES_ALLOWED:
+            need = 1 - (EMPTY_BATCHES_ALLOWED / micro) ** (1 / tokens)
+            raise ConfigError(f'mask_ratio={p.mask_ratio:g} ({p.label}, {p.steps} steps) with batch_size={cfg.batch_size} '
+                              f'x seq_len={cfg.seq_len} = {tokens} tokens per micro-batch: about {expected:.3g} of its '
+                              f'{micro} micro-batches would hold no masked token (each with probability '
+                              f'{(1 - p.mask_ratio) ** tokens:.3g}), whose loss is undefined; use mask_ratio >= '
+                              f'{math.ceil(need * 1000) / 1000:g}, or more tokens per micro-batch')
 
 
 def _position_limit(cfg: PretrainConfig) -> tuple[int, str]:
@@ -345,22 +376,49 @@ def save_training_state(run, state) -> Path:
 
 
 def load_training_state(run, folder: Path):
-    "Check the state `folder`, then restore weights, optimizer, schedule and RNG into the prepared run (every process); returns `(TrainState, extra)`."
+    """Check the state `folder`, then restore weights, Adam's moments, the schedule's step and the RNG into the prepared
+    run (every process), under this run's own optimizer settings; returns `(TrainState, extra)`."""
     folder = Path(folder)
+    check_state_owner(folder, run.cfg.trust_state_from)   # before anything in it is read
     check_state(folder, run)                 # before anything in it is unpickled; the processes share the hashing
-    if (folder/'state.pt').is_file(): return _load_legacy_state(run, folder)
+    settings = _optimizer_settings(run)      # the config's, before the state's replace them
+    state, extra = (_load_legacy_state if (folder/'state.pt').is_file() else _load_dcp_state)(run, folder)
+    _apply_optimizer_settings(run, settings)
+    return state, extra
+
+
+def _optimizer_settings(run) -> tuple[list[dict], list]:
+    "This run's optimizer hyperparameters (each param group's, as `setup` built them from its config) and its schedule's peak LRs."
+    groups = [{k: v for k, v in g.items() if k != 'params'} for g in _optimizer(run.optimizer).param_groups]
+    return groups, list(run.scheduler.base_lrs)
+
+
+def _apply_optimizer_settings(run, settings: tuple[list[dict], list]) -> None:
+    "Put this run's LR, betas, eps and weight decay back over a loaded state's, at the restored schedule step (Adam's moments stay as loaded)."
+    groups, base_lrs = settings
+    opt, schedule = _optimizer(run.optimizer), run.scheduler
+    for group, mine in zip(opt.param_groups, groups, strict=True): group.update(mine)
+    schedule.base_lrs = base_lrs
+    for group, lr_at, base in zip(opt.param_groups, schedule.lr_lambdas, base_lrs, strict=True):
+        group['lr'] = base * lr_at(schedule.last_epoch)      # LambdaLR's own formula: a plain resume is unchanged
+    schedule._last_lr = [group['lr'] for group in opt.param_groups]
+
+
+def _load_dcp_state(run, folder: Path):
+    "Weights and optimizer (DCP), then schedule, RNG and the run's data position (`trainer.pt`), from a checked state."
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    trainer = torch.load(folder/'trainer.pt', weights_only=True)
+    extra = json.loads(trainer['extra'])
+    check_same_store(run.store, folder, extra)   # before the weights are read
     opt = _optimizer(run.optimizer)
     with _quiet_dcp():
         model_sd, optim_sd = get_state_dict(run.model, opt)       # (also creates the empty AdamW moments to fill)
         saved = dict(model=model_sd, optim=optim_sd)
         dcp.load(saved, checkpoint_id=str(folder))
         set_state_dict(run.model, opt, model_state_dict=saved['model'], optim_state_dict=saved['optim'])
-    trainer = torch.load(folder/'trainer.pt', weights_only=True)
     run.scheduler.load_state_dict(trainer['scheduler'])
     torch.set_rng_state(trainer['torch_rng'])
-    extra = json.loads(trainer['extra'])
     return TrainState(trainer['step'], extra.get('tokens_seen', 0)), extra
 
 
@@ -378,6 +436,7 @@ def _load_legacy_state(run, folder: Path):
     if run.sharding == 'fsdp2': raise ConfigError(f'{folder} is a state of an earlier version: resume it without fsdp')
     sd = _legacy_file(folder, 'model.safetensors', lambda p: load_file(str(p)))
     st = _legacy_file(folder, 'state.pt', lambda p: torch.load(p, weights_only=True))
+    check_same_store(run.store, folder, json.loads(st['extra']))
     if run.raw_model.config.tie_word_embeddings: sd['lm_head.weight'] = sd['model.embed_tokens.weight']
     run.raw_model.load_state_dict(sd)
     _optimizer(run.optimizer).load_state_dict(st['optimizer']); run.scheduler.load_state_dict(st['scheduler'])
@@ -406,6 +465,7 @@ def seal_state(folder: str | Path  # a training-state folder whose files are as 
               ) -> Path:
     "Write `checksums.json` (bytes and SHA-256 of every other file) into `folder`, atomically; by hand only for a state you trust."
     folder = Path(folder)
+    if problem := _unsealable(folder): raise StateError(f'seal-state refuses {folder}: {problem}')
     files = {k: dict(bytes=p.stat().st_size, sha256=_sha256(p)) for k, p in _state_files(folder).items()}
     return atomic_write_json(folder/STATE_MANIFEST, dict(format=STATE_CHECKSUMS, files=files))
 
@@ -466,6 +526,70 @@ def _shares_files(a: Path, b: Path) -> bool:
     "Whether the state folders `a` and `b` hold the same file (a hard link) under some name."
     same = lambda p, q: p.is_file() and q.is_file() and os.path.samefile(p, q)
     return any(same(p, b/p.relative_to(a)) for p in a.rglob('*'))
+def _mismatches(folder: Path) -> list[str]:
+    "Every disagreement between the folder's `checksums.json` and its files (its own fault, if it is unreadable); [] when they agree."
+    files = _read_checksums(folder)
+    if isinstance(files, str): return [files]
+    have = _state_files(folder)
+    found = [f'{name} is not in it' for name in sorted(set(have) - set(files))]
+    for name, want in files.items():
+        if name not in have: found.append(f'{name} is missing')
+        elif have[name].stat().st_size != want['bytes'] or _sha256(have[name]) != want['sha256']:
+            found.append(f'{name} fails its checksum')
+    return found
+
+
+def _unsealable(folder: Path) -> str | None:
+    "Why `folder` must not be sealed: it is no training-state folder (what it lacks), or its existing checksums disagree with its files (which)."
+    if not folder.exists(): return 'it does not exist'
+    if not folder.is_dir(): return 'it is a file, not a training-state folder'
+    if state_folder(folder/'state') and not (folder/'trainer.pt').exists():
+        return f"it is not a training state but holds one (a checkpoint's or a run's): {folder/'state'}"
+    needs = ('state.pt', 'model.safetensors') if (folder/'state.pt').is_file() else ('trainer.pt', '.metadata')
+    if missing := [name for name in needs if not (folder/name).is_file()]:
+        return (f"it is not a training-state folder: it has no {' and no '.join(missing)} (a state holds trainer.pt, "
+                f".metadata and *.distcp shards: a run's state/ or its checkpoints/step-<N>/state)")
+    if (folder/STATE_MANIFEST).exists() and (bad := _mismatches(folder)):
+        return (f"its {STATE_MANIFEST} says it is damaged ({'; '.join(bad)}): sealing would bless those bytes and the "
+                f"next resume would train from them. {_resume_instead(folder)} If you changed these files yourself and "
+                f"trust them, delete {folder/STATE_MANIFEST} first")
+    return None
+
+
+def _user(uid: int) -> str:
+    "The name of user `uid` (its number, where this system has no name for it)."
+    try: return pwd.getpwuid(uid).pw_name
+    except KeyError: return str(uid)
+
+
+def trusted_uids(trust: str | None  # `trust_state_from`: None (you alone), user names or uids (comma list), or 'any'
+                ) -> set[int] | None:
+    "The users whose training states a run may resume: you and those `trust` names; None for anyone."
+    if trust is not None and trust.strip() == 'any': return None
+    uids = {os.geteuid()}
+    for name in filter(None, (s.strip() for s in (trust or '').split(','))):
+        if name.isdigit(): uids.add(int(name)); continue
+        try: uids.add(pwd.getpwnam(name).pw_uid)
+        except KeyError:
+            raise ConfigError(f"trust_state_from={trust!r} names {name!r}, no user of this system; give user names or "
+                              f"uids (a comma list), or 'any'") from None
+    return uids
+
+
+def check_state_owner(folder: str | Path,        # a training-state folder
+                      trust: str | None = None,  # `trust_state_from` (`trusted_uids`)
+                     ) -> None:
+    "Refuse a state that anyone but you (or the users `trust` names) owns, or holds a file of: a resume unpickles it."
+    if (trusted := trusted_uids(trust)) is None: return
+    folder = Path(folder)
+    for path in [folder, *sorted(folder.rglob('*'))]:
+        if (uid := path.lstat().st_uid) in trusted: continue
+        me, owner = os.geteuid(), _user(uid)
+        raise StateError(f"the training state {folder} cannot be resumed: {path} belongs to user {owner!r} (uid {uid}), "
+                         f"not to you ({_user(me)!r}, uid {me}). Resuming a state unpickles its files (DCP's .metadata), "
+                         f"so whoever can write them can run code as you, and its {STATE_MANIFEST} cannot tell (they can "
+                         f"rewrite it too). Nothing was read from it. If you trust {owner!r}: trust_state_from={owner!r} "
+                         f"(or 'any'); else start from their model checkpoint with init_from= (weights only, no pickle)")
 
 
 def _resume_instead(folder: Path) -> str:
@@ -507,6 +631,7 @@ def _build(cfg: PretrainConfig, tokenizer, backend: str) -> Transformer:
     if cfg.init_from is None:
         return build_model(cfg.size, vocab_size=len(tokenizer), attn_backend=backend, **ids)
     model = load(cfg.init_from, attn_backend=backend)
+    check_finite_weights(model.named_parameters(), 'init_from', cfg.init_from)
     grow = len(tokenizer) - model.config.vocab_size
     if grow > 0:   # the tokenizer gained a <|mask|>: new rows start at the mean embedding (a common, stable choice)
         model = _resize_vocab(model, len(tokenizer))
@@ -623,7 +748,8 @@ def _session(acc) -> str:
 # %% ../nbs/02_pretrain.ipynb #0e40fa62
 _SESSION_FIELDS = ('progress', 'stop_at_step', 'prefetch', 'log_every', 'save_every', 'checkpoint_steps', 'tensorboard',
                    'out_dir', 'store_dir', 'data_workers', 'device', 'attn_backend', 'compile', 'fsdp',
-                   'on_config_change', 'run_id', 'heldout_rows', 'heldout_every', 'save')   # how a session runs, not what it computes
+                   'on_config_change', 'run_id', 'heldout_rows', 'heldout_every', 'save',
+                   'trust_state_from')   # how a session runs, not what it computes
 
 def _rows_per_step(config: dict, processes: int) -> int:
     "A recorded or new config's rows per step (`global_batch`; before it existed: micro-batch x accumulation x processes)."
@@ -702,6 +828,32 @@ def _data_offset(cfg: PretrainConfig, store: TokenStore, extra: dict | None) -> 
     if seen and seen.get('store_id') == store.store_id:
         return seen['end_token'], f"after the {seen['end_token']:,} tokens init_from saw"
     return 0, 'the start' + (' (init_from was trained on another store)' if seen else '')
+
+
+def check_same_store(store: TokenStore,  # the store this run opened
+                     folder: Path,        # the training state it resumes
+                     extra: dict,         # the state's record (`trainer.pt`'s `extra`)
+                    ) -> None:
+    "Refuse to resume a state that read another token store: its data position would go on in other tokens."
+    read = extra.get('store_id')
+    if read is None or read == store.store_id: return
+    raise StateError(f"the training state {folder} cannot be resumed on this data: it read token store {read} "
+                     f"({_recorded_store(folder, read)}), but this run opened store {store.store_id} ({store.folder}). "
+                     f"Its data changed since (a file added to a data folder makes another store), or data= names other "
+                     f"data: the run would go on at the state's position in other tokens, matching no run on either. "
+                     f"Nothing was read from it. To continue it, give it the store it read (data= that store's folder, with "
+                     f"on_config_change='resume_anyway' for its own run id); to train on the new data, start a new run "
+                     f"(another run_id)")
+
+
+def _recorded_store(folder: Path, store_id: str) -> str:
+    "Where store `store_id`, read by the state `folder`, lies, as its run's records say (a checkpoint's `mlmclm.json`, the run's `run.json`)."
+    for record in (folder.parent/'mlmclm.json', folder.parent/'run.json', folder.parent.parent.parent/'run.json'):
+        try: data = read_json(record).get('data') or {}
+        except (OSError, ValueError, AttributeError): continue
+        if data.get('store_id') == store_id and data.get('store'):
+            return f"folder {data['store']}" + ('' if Path(data['store']).is_dir() else ', no longer there')
+    return 'its folder is not recorded'
 
 
 HELDOUT_SEED = 0   # one masking of the held-out rows for every run, so that runs of one objective compare on the same targets
@@ -884,6 +1036,20 @@ def batch_stream(run: Run, state: TrainState):
     return prefetched(batches, cfg.prefetch) if cfg.prefetch else batches
 
 
+def _non_finite(run: Run, state: TrainState, phase: Phase, loss: float, counts: list) -> FloatingPointError:
+    "The error of a step whose loss is not finite, saying what is known: a micro-batch with nothing to predict, and the state to resume (if there is one)."
+    empty = [m for m, n in enumerate(counts) if int(n) == 0]
+    if empty: why = (f'micro-batch {empty[0]} of the step has no {"masked" if phase.mask_ratio else "labelled"} token '
+                     f'({run.cfg.batch_size} rows x {run.cfg.seq_len} tokens, mask_ratio={phase.mask_ratio}), so its loss '
+                     f'is 0/0: raise mask_ratio, batch_size or seq_len')
+    else: why = 'no micro-batch of this process was empty, so the training diverged (a lower lr or a longer warmup helps)'
+    saved = state_folder(run.state_dir)
+    where = (f"the last good state is kept in {saved}: resumed as it is, it repeats the same steps; with "
+             f"on_config_change='resume_anyway' it goes on under the changed settings"
+             if saved else 'no state was saved yet: the run starts over at step 0')
+    return FloatingPointError(f'non-finite loss {loss} at step {state.step + 1} ({phase.label}): {why}; {where}')
+
+
 def train_step(run: Run, state: TrainState, phase: Phase,
                micro_batches: list[dict],   # this process's `run.grad_accum` micro-batches of the step
               ) -> tuple[float, float]:     # the step's loss (mean over micro-batches and processes), its LR
@@ -891,17 +1057,17 @@ def train_step(run: Run, state: TrainState, phase: Phase,
     acc, model, A = run.acc, run.model, run.grad_accum
     cuda = acc.device.type == 'cuda'
     loss_sum = torch.zeros((), device=acc.device)
+    counts = []   # labelled positions of each micro-batch (tensors: read only if the loss is not finite)
     for m, batch in enumerate(micro_batches):
         batch = {k: v.to(acc.device, non_blocking=cuda) if torch.is_tensor(v) else v for k, v in batch.items()}
         # processes average their gradients once per step, after the last micro-batch
         with (acc.no_sync(model) if m < A - 1 else contextlib.nullcontext()), acc.autocast():
-            loss, _ = lm_loss(model, batch, run.cfg.sparse_head, run.cfg.ce_chunk)
+            loss, n = lm_loss(model, batch, run.cfg.sparse_head, run.cfg.ce_chunk)
             acc.backward(loss / A)
         loss_sum += loss.detach() / A
+        counts.append(n)
     loss = acc.reduce(loss_sum, reduction='mean').item()
-    if not math.isfinite(loss):
-        raise FloatingPointError(f'non-finite loss {loss} at step {state.step + 1} ({phase.label}); the last good '
-                                 f'state is kept in {run.state_dir} (resume lowers nothing: fix lr/data first)')
+    if not math.isfinite(loss): raise _non_finite(run, state, phase, loss, counts)
     if run.cfg.grad_clip > 0: acc.clip_grad_norm_(model.parameters(), run.cfg.grad_clip)
     lr = run.scheduler.get_last_lr()[0]
     run.optimizer.step(); run.scheduler.step(); run.optimizer.zero_grad(set_to_none=True)
@@ -1077,7 +1243,8 @@ def main(argv: list[str] | None = None) -> None:
               + config_help(PretrainConfig))
         raise SystemExit(2)
     if argv[0] == 'seal-state':   # a state written before states carried checksums, which you trust
-        print(seal_state(argv[1]))
+        try: print(seal_state(argv[1]))
+        except StateError as e: raise SystemExit(f'error: {e}') from None
         return
     if argv[0] == 'run':
         print(pretrain(command_config(argv[1:])))

@@ -67,6 +67,8 @@ class PretrainConfig:
     replace_keep: float = param(0.0, 'share left unchanged', low=0.0, high=1.0)
     init_from: str | None = param(None, 'continue from a checkpoint (ours, HF Llama-family, MLMvsCLM/*); weights only')
     resume_from: str | None = param(None, "full training state to resume from (another run's state folder)")
+    trust_state_from: str | None = param(None, "resume only states owned by you (resuming unpickles them), unless this "
+                                               "names their owner: a comma list of user names or uids, or 'any'")
     tokenizer: str | None = param(None, "HF tokenizer name/folder; None: the checkpoint's, the embedded one, or Llama-3")
     data: str = param('embedded+reviews', "'embedded', 'embedded+reviews', 'fineweb-edu', a folder/file of "
                                           ".txt/.jsonl, or a token store folder")
@@ -114,7 +116,8 @@ class PretrainConfig:
     tensorboard: bool = param(False, 'also log to TensorBoard (needs the tensorboard package)')
     progress: bool = param(True, 'show a progress bar')
     on_config_change: str = param('refuse', "run_id trained before with other settings: 'refuse', 'force_new' (the "
-                                  "old folder is moved aside) or 'resume_anyway' (run.json keeps the old settings)",
+                                  "old folder is moved aside) or 'resume_anyway' (the state goes on under the new "
+                                  "settings; run.json keeps the old ones in config_history)",
                                   choices=('refuse', 'force_new', 'resume_anyway'))
 
     def __post_init__(self):   # the settings left at None that follow from others (see above)
@@ -143,7 +146,7 @@ def grad_accum(global_batch: int | None,  # rows per optimizer step, all process
 # %% ../nbs/00b_runs.ipynb #e0a1a2cb
 # they change how a run goes, not its numbers
 _NOT_IN_RUN_ID = ('progress', 'stop_at_step', 'run_id', 'prefetch', 'store_dir', 'data_workers', 'fsdp', 'on_config_change',
-                  'heldout_rows', 'heldout_every', 'save')
+                  'heldout_rows', 'heldout_every', 'save', 'trust_state_from')
 
 def default_run_id(cfg: PretrainConfig) -> str:
     "A readable, config-specific folder name: size, schedule, steps and a hash of the fields set off their defaults."

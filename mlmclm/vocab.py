@@ -66,6 +66,13 @@ def _phase_list(schedule: str, mask_ratio: float) -> list[Phase]:
     return phases
 
 
+def _check_mask_ratio(ratio: float) -> None:
+    "A mask ratio in [0.01, 1): phases are named in whole percents ('mlm40'), and rarer masks leave batches with nothing to predict."
+    if not 0.01 <= ratio < 1:
+        raise ConfigError(f'mask_ratio={ratio} must be in [0.01, 1): phases are named in whole percents (mlm40), and a '
+                          f'rarer mask leaves batches with no masked token to predict')
+
+
 def parse_schedule(schedule: str,                     # 'mlm', 'clm', 'biphasic', or 'clm:10000,mlm40:32000'
                    total_steps: int | None = None,    # the budget (required for the named schedules)
                    clm_steps: int | None = None,      # biphasic: CLM steps before the switch
@@ -73,7 +80,7 @@ def parse_schedule(schedule: str,                     # 'mlm', 'clm', 'biphasic'
                    mask_ratio: float = 0.4,           # ratio of MLM phases that do not name one
                   ) -> list[Phase]:
     "The phases of a schedule, checked against the budget."
-    if not 0 < mask_ratio < 1: raise ConfigError(f'mask_ratio={mask_ratio} must be in (0, 1)')
+    _check_mask_ratio(mask_ratio)
     if schedule in ('mlm', 'clm', 'biphasic'):
         phases = _named_schedule(schedule, total_steps, clm_steps, clm_fraction, mask_ratio)
     else:
@@ -82,8 +89,7 @@ def parse_schedule(schedule: str,                     # 'mlm', 'clm', 'biphasic'
             raise ConfigError(f'schedule={schedule!r} has {sum(p.steps for p in phases)} steps but '
                               f'total_steps={total_steps}')
     for p in phases:
-        if p.objective == 'mlm' and not 0 < p.mask_ratio < 1:
-            raise ConfigError(f'mask_ratio={p.mask_ratio} must be in (0, 1)')
+        if p.objective == 'mlm': _check_mask_ratio(p.mask_ratio)
     return phases
 
 

@@ -99,7 +99,8 @@ PRETRAIN_VALUES = dict(schedule='biphasic', clm_steps=3, total_steps=6, mask_rat
                        lr=1e-3, warmup_steps=1, decay_steps=2, weight_decay=0.05, adam_beta1=0.8, adam_beta2=0.9,
                        adam_eps=1e-6, grad_clip=0.5, seed=7, run_id='pm', checkpoint_steps='2', save_every=5,
                        log_every=1, heldout_rows=8, heldout_every=2, stop_at_step=5, device='cpu', attn_backend='eager', sparse_head=False, ce_chunk=16,
-                       prefetch=0, gradient_checkpointing=True, progress=False, on_config_change='force_new')
+                       prefetch=0, gradient_checkpointing=True, progress=False, on_config_change='force_new',
+                       trust_state_from='any')
 # left at their defaults here, each for a reason (the test above passes every one of them): a larger model or
 # sharding is minutes of CPU, init_from/resume_from need a run first, clm_fraction excludes clm_steps, compile is
 # slow on a CPU, tensorboard is not installed, store_dir would tokenize the corpus again, and save=False would leave
