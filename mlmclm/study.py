@@ -530,7 +530,9 @@ class PretrainJob:
 def pretrain_job_specs(plan: StudyPlan, root: Path,
                        nodes: int = 1, gpus_per_node: int = 8,   # the job's size: one task per GPU
                        timeout_min: int = 24 * 60,              # Slurm's time limit; the job requeues itself at it
-                       partition: str | None = None) -> list[dict]:
+                       partition: str | None = None,
+                       cpus_per_task: int = 8,                  # CPUs per GPU (data loading); a node needs this x its GPUs
+                      ) -> list[dict]:
     "One dict per pretraining run without `done.json`, parents first: run, parameters, `SlurmExecutor` settings, the runs it waits for."
     world, specs = nodes * gpus_per_node, []
     for run in plan.runs.values():
@@ -539,7 +541,7 @@ def pretrain_job_specs(plan: StudyPlan, root: Path,
         cfg = pretrain_config(**params)
         grad_accum(cfg.global_batch, cfg.batch_size, world)                   # refused here, not on the cluster
         slurm = dict(job_name=f'pretrain-{run.name}', nodes=nodes, gpus_per_node=gpus_per_node,
-                     ntasks_per_node=gpus_per_node, cpus_per_task=8, time=timeout_min, signal_delay_s=180,
+                     ntasks_per_node=gpus_per_node, cpus_per_task=cpus_per_task, time=timeout_min, signal_delay_s=180,
                      additional_parameters=dict(requeue=True), **({'partition': partition} if partition else {}))
         waits = [run.parent] if run.parent and any(s['run'] == run.parent for s in specs) else []
         specs.append(dict(run=run.name, params=params, slurm=slurm, after=waits))
@@ -552,8 +554,9 @@ def submit_pretrain_jobs(plan: StudyPlan, root: Path, folder: Path, **sizes) -> 
     executor, jobs, ids = submitit.SlurmExecutor(folder=str(folder)), [], {}
     for spec in pretrain_job_specs(plan, root, **sizes):
         slurm = dict(spec['slurm'])
-        if spec['after']: slurm['additional_parameters'] = dict(slurm['additional_parameters'],
-                                                              dependency='afterok:' + ':'.join(ids[p] for p in spec['after']))
+        if spec['after']:   # and cancelled if a parent fails (else it waits forever where the cluster does not say so)
+            slurm['additional_parameters'] = dict(slurm['additional_parameters'], kill_on_invalid_dep='yes',
+                                                  dependency='afterok:' + ':'.join(ids[p] for p in spec['after']))
         executor.update_parameters(**slurm)
         try: jobs.append(executor.submit(PretrainJob(spec['params'])))
         except submitit.core.utils.FailedJobError as e:
@@ -813,6 +816,7 @@ def main(argv: list[str] | None = None) -> None:
     p_slurm.add_argument('--what', choices=('finetune', 'pretrain'), default='finetune')
     p_slurm.add_argument('--nodes', type=int, default=1); p_slurm.add_argument('--gpus-per-node', type=int, default=8)
     p_slurm.add_argument('--time', type=int, default=24 * 60, help='pretraining: time limit in minutes (then requeued)')
+    p_slurm.add_argument('--cpus-per-task', type=int, default=8, help='pretraining: CPUs per task (one task per GPU)')
     p_status = sub.add_parser('status', help='done / running / stale / to-do per experiment')
     _selection_args(p_status)
     p_status.add_argument('--root', help='study folder (default runs/study-<preset>)')
@@ -829,7 +833,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f'study folder: {launch(plan, args.root, workers=args.workers)}')
     elif args.command == 'slurm' and args.what == 'pretrain':
         jobs = submit_pretrain_jobs(plan, Path(args.root), Path(args.folder), nodes=args.nodes,
-                                    gpus_per_node=args.gpus_per_node, timeout_min=args.time, partition=args.partition)
+                                    gpus_per_node=args.gpus_per_node, timeout_min=args.time, partition=args.partition,
+                                    cpus_per_task=args.cpus_per_task)
         print(f'submitted {len(jobs)} pretraining jobs')
     elif args.command == 'status':
         root = Path(args.root or project_root()/'runs'/f'study-{plan.preset}')
