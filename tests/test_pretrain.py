@@ -131,10 +131,11 @@ def test_the_slurm_command_gives_every_pretraining_job_its_nodes_gpus_time_and_p
     import submitit
     monkeypatch.setattr(submitit, 'SlurmExecutor', _FakeSlurm)
     main(['slurm', '--what', 'pretrain', '--preset', 'demo', '--root', str(tmp_path), '--folder', str(tmp_path/'slurm'),
-          '--nodes', '2', '--gpus-per-node', '4', '--time', '90', '--partition', 'gpu'])
+          '--nodes', '2', '--gpus-per-node', '4', '--time', '90', '--partition', 'gpu', '--cpus-per-task', '6'])
     assert f'submitted {len(demo_plan().runs)} pretraining jobs' in capsys.readouterr().out
     for run, params in _FakeSlurm.submitted:
-        assert (params['nodes'], params['ntasks_per_node'], params['time'], params['partition']) == (2, 4, 90, 'gpu')
+        assert (params['nodes'], params['ntasks_per_node'], params['cpus_per_task'], params['time'],
+                params['partition']) == (2, 4, 6, 90, 'gpu')
 
 
 def test_every_paper_preset_fits_an_80_gb_card_with_margin():
