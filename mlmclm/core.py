@@ -14,6 +14,7 @@ import math
 import os
 import platform
 import random
+import signal
 import socket
 import stat
 import subprocess
@@ -34,10 +35,10 @@ import numpy as np
 __all__ = ['HOST', 'LEASE_S', 'NUMERICS_ENV', 'package_dir', 'project_root', 'assets_dir', 'seed_everything', 'pick_device',
            'pick_dtype', 'new_file_mode', 'atomic_path', 'atomic_write_text', 'to_json', 'atomic_write_json',
            'read_json', 'WriteError', 'append_lines', 'append_jsonl', 'jsonl_rows', 'warn_lines', 'read_jsonl',
-           'ClaimHeld', 'this_process', 'owner_alive', 'fs_now', 'utc_now', 'claim_state', 'Claim', 'try_claim',
-           'claim', 'ConfigError', 'param', 'check_field', 'build_config', 'config_help', 'injected_parameters',
-           'notebook_config', 'parameters_source', 'git_commit', 'cpu_info', 'environment_info', 'config_hash',
-           'run_dir', 'write_run_record']
+           'ClaimHeld', 'this_process', 'slurm_job', 'owner_alive', 'fs_now', 'utc_now', 'claim_state', 'Claim',
+           'earlier_run_of_this_job', 'claim_holder', 'try_claim', 'claim', 'ConfigError', 'param', 'check_field',
+           'build_config', 'config_help', 'injected_parameters', 'notebook_config', 'parameters_source', 'git_commit',
+           'cpu_info', 'environment_info', 'config_hash', 'run_dir', 'write_run_record']
 
 # %% ../nbs/00_core.ipynb #1a8a82f0
 def package_dir() -> Path:
@@ -221,6 +222,15 @@ def this_process() -> dict:
     "Host, pid and the pid's start time of this process: what claims and shard headers record."
     return dict(host=HOST, pid=os.getpid(), pid_start=_pid_start(os.getpid()))
 
+def slurm_job() -> dict:
+    "This process's Slurm job, as claims record it: cluster, job id, array task, restart count ({} outside Slurm)."
+    env = os.environ
+    if not env.get('SLURM_JOB_ID'): return {}
+    array = (env.get('SLURM_ARRAY_JOB_ID'), env.get('SLURM_ARRAY_TASK_ID'))
+    return dict(slurm_cluster=env.get('SLURM_CLUSTER_NAME'), slurm_job=env['SLURM_JOB_ID'],
+                slurm_restart=int(env.get('SLURM_RESTART_COUNT') or 0),
+                **({'slurm_array': '_'.join(array)} if all(array) else {}))
+
 def owner_alive(info: dict) -> bool | None:
     "Whether the process named by `info` (host, pid, pid_start) still runs: True/False on this host, None elsewhere."
     if not isinstance(info, dict) or info.get('host') != HOST: return None
@@ -303,6 +313,7 @@ class Claim:
     lease_s: float
     _stop: threading.Event = dataclasses.field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
+    _restore: Callable | None = None       # puts back the SIGTERM handler `release_on_sigterm` replaced
 
     def held(self) -> bool:
         try: return self.path.read_bytes() == self.raw
@@ -322,17 +333,53 @@ class Claim:
     def release(self) -> None:
         "Stop the heartbeat and remove the claim if it is still ours."
         self._stop.set()
-        if self._thread is not None: self._thread.join()
+        if self._thread is not None and self._thread is not threading.current_thread(): self._thread.join()
         _remove_if_same(self.path, self.raw)
+        if self._restore is not None and threading.current_thread() is threading.main_thread():
+            self._restore(); self._restore = None
+
+    def release_on_sigterm(self) -> 'Claim':
+        """Release the claim when this process gets SIGTERM (Slurm sends it before SIGKILL on preemption, requeue and
+        time limit), then do what SIGTERM did before: the earlier handler, or end the process. Main thread only."""
+        if threading.current_thread() is not threading.main_thread(): return self
+        before = signal.getsignal(signal.SIGTERM)
+        def on_sigterm(signum, frame):
+            self.release()
+            if callable(before): before(signum, frame)
+            elif before != signal.SIG_IGN:        # the default: end the process, as it would have
+                signal.signal(signum, signal.SIG_DFL); os.kill(os.getpid(), signum)
+        def restore():
+            if signal.getsignal(signal.SIGTERM) is on_sigterm: signal.signal(signal.SIGTERM, before or signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, on_sigterm)
+        self._restore = restore
+        return self
+
+
+def earlier_run_of_this_job(info: dict | None) -> bool:
+    "Whether the claim `info` was made by an earlier run of this process's own Slurm job (requeued since), not known alive here."
+    me = slurm_job()
+    if not me or not isinstance(info, dict) or owner_alive(info): return False
+    theirs = info.get('slurm_restart')
+    return (info.get('slurm_job') == me['slurm_job'] and info.get('slurm_cluster') == me['slurm_cluster']
+            and isinstance(theirs, int) and theirs < me['slurm_restart'])
+
+
+def claim_holder(info: dict | None, raw: bytes) -> str:
+    "Who holds a claim, in words (host, pid, since when, Slurm job), or what is wrong with a claim file that is no claim."
+    if not isinstance(info, dict):
+        return f'no worker: the file holds {raw[:80]!r}, which is not a claim this package writes (not a JSON object)'
+    job = f", Slurm job {info['slurm_job']}" if info.get('slurm_job') else ''
+    return f"{info.get('host')} pid {info.get('pid')} since {info.get('started')}{job}"
 
 
 def try_claim(path: str | Path,    # the claim file (its folder is created)
               lease_s: float = LEASE_S,  # an owner on another host silent this long is taken as gone
               note: str = '',      # what is claimed, for people reading the file
              ) -> Claim | None:
-    "Claim the work named by `path` atomically (taking over a stale claim); None if a live worker holds it."
+    """Claim the work named by `path` atomically (taking over a stale claim, or one an earlier run of this Slurm job
+    left); None if a live worker holds it."""
     path = Path(path)
-    info = dict(this_process(), started=utc_now(), lease_s=lease_s, note=note, token=uuid.uuid4().hex)
+    info = dict(this_process(), started=utc_now(), lease_s=lease_s, note=note, token=uuid.uuid4().hex, **slurm_job())
     text = to_json(info, indent=None) + '\n'
     tries, vanished = 0, 0
     while tries < 5:
@@ -344,9 +391,9 @@ def try_claim(path: str | Path,    # the claim file (its folder is created)
             continue
         if created: return Claim(path, text.encode(), lease_s).start()
         tries += 1
-        state, _, raw = claim_state(path, lease_s)
-        if state == 'running': return None
-        if state == 'stale': _remove_if_same(path, raw)
+        state, held_by, raw = claim_state(path, lease_s)
+        if state == 'running' and not earlier_run_of_this_job(held_by): return None
+        if state != 'free': _remove_if_same(path, raw)   # stale, or our own job's before it was requeued
     return None
 
 
@@ -355,9 +402,11 @@ def claim(path: str | Path, lease_s: float = LEASE_S, note: str = ''):
     "Hold the claim at `path` for the block; raises `ClaimHeld` (naming the holder) if a live worker has it."
     held = try_claim(path, lease_s, note)
     if held is None:
-        _, info, _ = claim_state(path, lease_s)
-        who = f"{info.get('host')} pid {info.get('pid')} since {info.get('started')}" if isinstance(info, dict) else 'another worker'
-        raise ClaimHeld(f'{path} is claimed by {who}; it is taken over once that process is gone '
+        _, info, raw = claim_state(path, lease_s)
+        if not isinstance(info, dict):
+            raise ClaimHeld(f'{path} is claimed by {claim_holder(info, raw)}; it blocks this work until it is {lease_s:g} s '
+                            f'old. If no worker is doing this work, remove it: rm {path}')
+        raise ClaimHeld(f'{path} is claimed by {claim_holder(info, raw)}; it is taken over once that process is gone '
                         f'(or silent for {lease_s:g} s on another host)')
     try: yield held
     finally: held.release()

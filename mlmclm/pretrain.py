@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from .core import (ClaimHeld, ConfigError, append_jsonl, atomic_write_json, atomic_write_text, claim_state,
-                         config_help, pick_device, pick_dtype, read_json, read_jsonl, seed_everything, to_json,
+from .core import (LEASE_S, ClaimHeld, ConfigError, append_jsonl, atomic_write_json, atomic_write_text,
+                         claim_holder, claim_state, config_help, pick_device, pick_dtype, read_json, read_jsonl, seed_everything, to_json,
                          write_run_record)
 from .vocab import AdamW, Phase, parse_schedule, phase_at, switch_steps
 from .runs import PretrainConfig, grad_accum, pretrain_config, pretrain_run
@@ -788,18 +788,22 @@ def _check_reuse(folder: Path, run_id: str, cfg: PretrainConfig, processes: int)
 
 def _claim_run(cfg: PretrainConfig, acc):
     "The main process claims the run (None elsewhere); every process raises `ClaimHeld` if a live worker holds it."
-    run, held, holder = pretrain_run(cfg), None, None
+    run, held, refusal = pretrain_run(cfg), None, None
     if acc.is_main_process:
-        held = run.try_claim()
+        held = run.try_claim()   # a requeued Slurm job takes over its own earlier run's claim, wherever that ran
         if held is None:
-            info = claim_state(run.claim_path, 0)[1] or {}
-            holder = f"{info.get('host')} pid {info.get('pid')} since {info.get('started')}"
+            _, info, raw = claim_state(run.claim_path, 0)
+            refusal = (f'run {run.run_id!r} in {run.out_dir} is being trained by {claim_holder(info, raw)} '
+                       f'(claim {run.claim_path}); it is taken over once that process is gone')
+            if not isinstance(info, dict):
+                refusal = (f'the claim {run.claim_path} of run {run.run_id!r} is not a claim: it holds {raw[:80]!r}, not '
+                           f'the JSON object a worker writes, and blocks the run until it is {LEASE_S:g} s old. If no '
+                           f'process trains this run, remove it: rm {run.claim_path}')
+        else: held.release_on_sigterm()   # preempted or requeued: Slurm's SIGTERM comes before its SIGKILL
     if acc.num_processes > 1:
         from accelerate.utils import broadcast_object_list
-        holder = broadcast_object_list([holder])[0]
-    if holder:
-        raise ClaimHeld(f'run {run.run_id!r} in {run.out_dir} is being trained by {holder} (claim {run.claim_path}); '
-                        f'it is taken over once that process is gone')
+        refusal = broadcast_object_list([refusal])[0]
+    if refusal: raise ClaimHeld(refusal)
     return held
 
 

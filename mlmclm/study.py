@@ -14,6 +14,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import subprocess
 import textwrap
 import threading
 import time
@@ -35,10 +36,10 @@ __all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERME
            'PRESETS', 'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets',
            'paper_plan', 'Costs', 'run_flops', 'finetune_flops', 'estimate', 'select', 'demo_experiments', 'demo_plan',
            'protocol_ablation_plan', 'precision_ablation_plan', 'checkpoint_dir', 'pretrain_params', 'run_notebook',
-           'point_runs', 'finetune_jobs', 'accelerate_command', 'submit_finetune_array', 'study_status', 'PretrainJob',
-           'pretrain_job_specs', 'submit_pretrain_jobs', 'finetune_params', 'worker_env', 'visible_gpus',
-           'finetune_workers', 'launch', 'get_plan', 'measured_finetune', 'measured_finetune_line', 'memory_lines',
-           'describe', 'main']
+           'point_runs', 'finetune_jobs', 'accelerate_command', 'slurm_nodes', 'refused', 'submit_finetune_array',
+           'study_status', 'PretrainJob', 'pretrain_job_specs', 'submit_pretrain_jobs', 'finetune_params', 'worker_env',
+           'visible_gpus', 'finetune_workers', 'launch', 'get_plan', 'measured_finetune', 'measured_finetune_line',
+           'memory_lines', 'describe', 'main']
 
 # %% ../nbs/04_study.ipynb #59d3ae7e
 @dataclass
@@ -433,6 +434,28 @@ def accelerate_command(plan: StudyPlan, run: PlannedRun, root: Path, num_process
             f'{extra}-m mlmclm.pretrain run {args}').replace('  ', ' ')
 
 
+def slurm_nodes(partition: str | None = None) -> list[dict]:
+    "The nodes Slurm offers (in `partition`, or all): name, CPUs, GPUs, memory in MB (`sinfo`)."
+    cmd = ['sinfo', '-h', '-N', '-o', '%N|%c|%G|%m'] + (['-p', partition] if partition else [])
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+    def gpus(gres):   # e.g. 'gpu:8', 'gpu:a100:4(S:0-1)', '(null)'
+        return sum(int(g.split('(')[0].split(':')[-1]) for g in gres.split(',') if g.startswith('gpu:'))
+    return [dict(name=n, cpus=int(c), gpus=gpus(g), mem_mb=int(m)) for n, c, g, m in
+            (line.split('|') for line in sorted(set(out.split('\n'))) if line.count('|') == 3)]
+
+
+def refused(what: str, error: Exception, nodes: int = 1, gpus_per_node: int = 0, tasks_per_node: int = 1,
+            cpus_per_task: int = 1, partition: str | None = None) -> ConfigError:
+    "Slurm's refusal of a submission, with the numbers it does not name: what the job asks for, what the nodes have."
+    have = slurm_nodes(partition)
+    where = f"partition {partition!r}" if partition else 'the cluster'
+    offer = (f"{where} has {len(have)} node(s), the largest with {max(n['cpus'] for n in have)} CPUs and "
+             f"{max(n['gpus'] for n in have)} GPUs") if have else f'sinfo lists no node in {where}'
+    return ConfigError(f"Slurm refused {what}: {str(error).strip()}. It asks for {nodes} node(s), each with "
+                       f"{gpus_per_node} GPUs and {tasks_per_node} task(s) x {cpus_per_task} CPUs = "
+                       f"{tasks_per_node * cpus_per_task} CPUs; {offer}")
+
+
 def _job_params(point: StudyPlan, run: FinetuneRun, root: str, overrides: dict) -> dict:
     "The notebook parameters of one job: `run` of the one evaluation point of `point`, with `overrides`."
     return finetune_params(point, point.evals[0], Path(root), **overrides) | dict(
@@ -463,8 +486,12 @@ def submit_finetune_array(plan: StudyPlan, root: Path, folder: Path, overrides: 
     executor = submitit.AutoExecutor(folder=str(folder))
     executor.update_parameters(**{'timeout_min': 120, 'gpus_per_node': 1, **slurm})
     n = len(jobs)
-    return executor.map_array(_finetune_job, [points[e.name] for e, _ in jobs], [r for _, r in jobs], [str(root)] * n,
-                              [overrides or {}] * n)
+    try: return executor.map_array(_finetune_job, [points[e.name] for e, _ in jobs], [r for _, r in jobs],
+                                   [str(root)] * n, [overrides or {}] * n)
+    except submitit.core.utils.FailedJobError as e:
+        size = executor._executor.parameters
+        raise refused(f'the fine-tuning array ({n} tasks)', e, size.get('nodes', 1), size.get('gpus_per_node', 0),
+                      size.get('ntasks_per_node', 1), size.get('cpus_per_task', 1), size.get('partition')) from None
 
 # %% ../nbs/04_study.ipynb #a8f947af
 def study_status(plan: StudyPlan, root: str | Path, lease_s: float = LEASE_S) -> 'pd.DataFrame':
@@ -503,7 +530,9 @@ class PretrainJob:
 def pretrain_job_specs(plan: StudyPlan, root: Path,
                        nodes: int = 1, gpus_per_node: int = 8,   # the job's size: one task per GPU
                        timeout_min: int = 24 * 60,              # Slurm's time limit; the job requeues itself at it
-                       partition: str | None = None) -> list[dict]:
+                       partition: str | None = None,
+                       cpus_per_task: int = 8,                  # CPUs per GPU (data loading); a node needs this x its GPUs
+                      ) -> list[dict]:
     "One dict per pretraining run without `done.json`, parents first: run, parameters, `SlurmExecutor` settings, the runs it waits for."
     world, specs = nodes * gpus_per_node, []
     for run in plan.runs.values():
@@ -512,7 +541,7 @@ def pretrain_job_specs(plan: StudyPlan, root: Path,
         cfg = pretrain_config(**params)
         grad_accum(cfg.global_batch, cfg.batch_size, world)                   # refused here, not on the cluster
         slurm = dict(job_name=f'pretrain-{run.name}', nodes=nodes, gpus_per_node=gpus_per_node,
-                     ntasks_per_node=gpus_per_node, cpus_per_task=8, time=timeout_min, signal_delay_s=180,
+                     ntasks_per_node=gpus_per_node, cpus_per_task=cpus_per_task, time=timeout_min, signal_delay_s=180,
                      additional_parameters=dict(requeue=True), **({'partition': partition} if partition else {}))
         waits = [run.parent] if run.parent and any(s['run'] == run.parent for s in specs) else []
         specs.append(dict(run=run.name, params=params, slurm=slurm, after=waits))
@@ -525,11 +554,17 @@ def submit_pretrain_jobs(plan: StudyPlan, root: Path, folder: Path, **sizes) -> 
     executor, jobs, ids = submitit.SlurmExecutor(folder=str(folder)), [], {}
     for spec in pretrain_job_specs(plan, root, **sizes):
         slurm = dict(spec['slurm'])
-        if spec['after']: slurm['additional_parameters'] = dict(slurm['additional_parameters'],
-                                                              dependency='afterok:' + ':'.join(ids[p] for p in spec['after']))
+        if spec['after']:   # and cancelled if a parent fails (else it waits forever where the cluster does not say so)
+            slurm['additional_parameters'] = dict(slurm['additional_parameters'], kill_on_invalid_dep='yes',
+                                                  dependency='afterok:' + ':'.join(ids[p] for p in spec['after']))
         executor.update_parameters(**slurm)
-        jobs.append(executor.submit(PretrainJob(spec['params'])))
+        try: jobs.append(executor.submit(PretrainJob(spec['params'])))
+        except submitit.core.utils.FailedJobError as e:
+            raise refused(f"the pretraining job of {spec['run']}", e, slurm['nodes'], slurm['gpus_per_node'],
+                          slurm['ntasks_per_node'], slurm['cpus_per_task'], slurm.get('partition')) from None
         ids[spec['run']] = jobs[-1].job_id
+        after = f" after {', '.join(ids[p] for p in spec['after'])}" if spec['after'] else ''
+        print(f"{spec['run']}: Slurm job {ids[spec['run']]}{after}")
     return jobs
 
 # %% ../nbs/04_study.ipynb #d32f102b
@@ -781,6 +816,7 @@ def main(argv: list[str] | None = None) -> None:
     p_slurm.add_argument('--what', choices=('finetune', 'pretrain'), default='finetune')
     p_slurm.add_argument('--nodes', type=int, default=1); p_slurm.add_argument('--gpus-per-node', type=int, default=8)
     p_slurm.add_argument('--time', type=int, default=24 * 60, help='pretraining: time limit in minutes (then requeued)')
+    p_slurm.add_argument('--cpus-per-task', type=int, default=8, help='pretraining: CPUs per task (one task per GPU)')
     p_status = sub.add_parser('status', help='done / running / stale / to-do per experiment')
     _selection_args(p_status)
     p_status.add_argument('--root', help='study folder (default runs/study-<preset>)')
@@ -797,7 +833,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f'study folder: {launch(plan, args.root, workers=args.workers)}')
     elif args.command == 'slurm' and args.what == 'pretrain':
         jobs = submit_pretrain_jobs(plan, Path(args.root), Path(args.folder), nodes=args.nodes,
-                                    gpus_per_node=args.gpus_per_node, timeout_min=args.time, partition=args.partition)
+                                    gpus_per_node=args.gpus_per_node, timeout_min=args.time, partition=args.partition,
+                                    cpus_per_task=args.cpus_per_task)
         print(f'submitted {len(jobs)} pretraining jobs')
     elif args.command == 'status':
         root = Path(args.root or project_root()/'runs'/f'study-{plan.preset}')
@@ -806,7 +843,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         jobs = submit_finetune_array(plan, Path(args.root), Path(args.folder),
                                      **({'slurm_partition': args.partition} if args.partition else {}))
-        print(f'submitted {len(jobs)} array tasks')
+        print(f'submitted {len(jobs)} array tasks' + (f" (Slurm job array {jobs[0].job_id.split('_')[0]})" if jobs else ''))
 
 # %% ../nbs/04_study.ipynb #813fa3dc
 if __name__ == '__main__' and not hasattr(__import__('builtins'), '__IPYTHON__'): main()

@@ -1,5 +1,6 @@
-"""Pretraining end to end: processes, papermill, the paper's configs, and pretraining on Slurm (job specs, sbatch files,
-dependencies, and a preempted job requeued through a pickle as submitit does, all on CPU)."""
+"""Pretraining end to end: processes, papermill, the paper's configs, and what a single-node Slurm cannot show of
+pretraining on Slurm (the sbatch file and command line of several nodes); the rest runs on a real Slurm in
+tests/test_slurm.py."""
 import json
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from mlmclm.core import ConfigError, build_config, project_root, read_jsonl
 from mlmclm.model import load
 from mlmclm.pretrain import check_pretrain_config, pretrain
 from mlmclm.runs import PretrainConfig, grad_accum, paper_preset, pretrain_config
-from mlmclm.study import PretrainJob, demo_plan, main, paper_plan, pretrain_job_specs
+from mlmclm.study import demo_plan, main, paper_plan, pretrain_job_specs
 from mlmclm.vocab import paper_run_names
 
 ROOT = project_root()
@@ -116,7 +117,7 @@ def test_the_sbatch_files_say_nodes_gpus_time_partition_requeue_and_the_signal(t
 
 
 class _FakeSlurm:
-    "Stands in for `submitit.SlurmExecutor`: records each submission's parameters and numbers the jobs."
+    "Stands in for `submitit.SlurmExecutor` where one node cannot: records each submission's parameters."
     submitted = []
     def __init__(self, folder): self.parameters = {}
     def update_parameters(self, **kw): self.parameters.update(kw)
@@ -125,34 +126,16 @@ class _FakeSlurm:
         return type('Job', (), {'job_id': str(100 + len(self.submitted))})()
 
 
-def test_the_slurm_command_submits_each_pretraining_run_after_its_parent(tmp_path, monkeypatch, capsys):
+def test_the_slurm_command_gives_every_pretraining_job_its_nodes_gpus_time_and_partition(tmp_path, monkeypatch, capsys):
+    "Two nodes and a named partition: what the single-node cluster of tests/test_slurm.py cannot run."
     import submitit
     monkeypatch.setattr(submitit, 'SlurmExecutor', _FakeSlurm)
     main(['slurm', '--what', 'pretrain', '--preset', 'demo', '--root', str(tmp_path), '--folder', str(tmp_path/'slurm'),
-          '--nodes', '2', '--gpus-per-node', '4', '--time', '90', '--partition', 'gpu'])
+          '--nodes', '2', '--gpus-per-node', '4', '--time', '90', '--partition', 'gpu', '--cpus-per-task', '6'])
     assert f'submitted {len(demo_plan().runs)} pretraining jobs' in capsys.readouterr().out
-    ids = {run: str(101 + i) for i, (run, _) in enumerate(_FakeSlurm.submitted)}
     for run, params in _FakeSlurm.submitted:
-        parent = demo_plan().runs[run].parent
-        dep = params['additional_parameters'].get('dependency')
-        assert dep == (f'afterok:{ids[parent]}' if parent else None), (run, dep)
-        assert (params['nodes'], params['ntasks_per_node'], params['time'], params['partition']) == (2, 4, 90, 'gpu')
-
-
-def test_a_preempted_job_is_requeued_and_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path, capsys):
-    params = dict(size='tiny', schedule='mlm', total_steps=6, seq_len=32, batch_size=4, warmup_steps=1, decay_steps=2,
-                  save_every=2, log_every=1, progress=False, prefetch=0, out_dir=str(tmp_path))
-    straight = Path(PretrainJob(dict(params, run_id='straight'))())
-    job = PretrainJob(dict(params, run_id='preempted'))
-    pretrain(pretrain_config(**job.params, stop_at_step=4))                      # the session Slurm preempts
-    requeued = job.checkpoint()                                                  # what submitit resubmits ...
-    requeued.dump(tmp_path/'submission.pkl')                                     # ... through a pickle
-    type(requeued).load(tmp_path/'submission.pkl').result()
-    assert 'resumed from' in capsys.readouterr().out
-    run = tmp_path/'preempted'
-    assert [m['step'] for m in read_jsonl(run/'metrics.jsonl')] == list(range(1, 7))
-    a, b = load(straight/'checkpoints'/'step-6').state_dict(), load(run/'checkpoints'/'step-6').state_dict()
-    assert all(torch.equal(a[k], b[k]) for k in a)
+        assert (params['nodes'], params['ntasks_per_node'], params['cpus_per_task'], params['time'],
+                params['partition']) == (2, 4, 6, 90, 'gpu')
 
 
 def test_every_paper_preset_fits_an_80_gb_card_with_margin():
