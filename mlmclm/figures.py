@@ -26,13 +26,13 @@ from .results import (DEFAULT_SELECTION, FAMILY_SCORE_COLUMNS, PROTOCOL_AXES, RE
 from .paper_runs import paper_rows, reported_scores
 
 # %% auto #0
-__all__ = ['KIND_COLORS', 'KIND_LABELS', 'PAPER_MARKERS', 'PAPER_MARKER', 'TABLE_GROUPS', 'COMPARISONS', 'split_control',
-           'checkpoint_meta', 'study_scores', 'control_scores', 'draw_control', 'setup_style', 'save_figure',
-           'scale_note', 'fig_overview', 'fig_mlm_vs_clm', 'fig_mask_ratio', 'fig_data_efficiency',
+__all__ = ['KIND_COLORS', 'KIND_LABELS', 'PAPER_MARKERS', 'PAPER_MARKER', 'TABLE_GROUPS', 'COMPARISONS', 'MAGNITUDE_FACTOR',
+           'split_control', 'checkpoint_meta', 'study_scores', 'control_scores', 'draw_control', 'setup_style',
+           'save_figure', 'scale_note', 'fig_overview', 'fig_mlm_vs_clm', 'fig_mask_ratio', 'fig_data_efficiency',
            'paper_flops_per_step', 'fig_lr_stability', 'fig_biphasic', 'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss',
            'fig_biphasic_largest', 'protocol_gaps', 'fig_protocol_gap', 'hyperparameter_table', 'results_tables',
-           'ours_minus_paper', 'directions', 'write_table', 'collect_cpt_loss', 'unigram_entropy',
-           'corpus_unigram_entropy', 'collect_pretrain_loss', 'render_all', 'drawable', 'main']
+           'ours_minus_paper', 'difference_range', 'direction_verdict', 'directions', 'write_table', 'collect_cpt_loss',
+           'unigram_entropy', 'corpus_unigram_entropy', 'collect_pretrain_loss', 'render_all', 'drawable', 'main']
 
 # %% ../nbs/05_figures.ipynb #30282a31
 def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -587,13 +587,35 @@ COMPARISONS = (('MLM-40 minus CLM', '{size}-mlm40-42k', '{size}-clm-42k'),
                ('CPT from CLM minus CPT from MLM', '{size}-clm-dec42k-mlm40-54k', '{size}-mlm40-dec42k-mlm40-54k'))
 
 
+MAGNITUDE_FACTOR = 3   # a difference "as the paper" is within this factor of the paper's (or holds it in its interval)
+
+
+def difference_range(lo: float, hi: float) -> tuple[float, float]:
+    "A 95% interval of a difference of two percentages, kept to what such a difference can be: [-100, 100]."
+    return (float(np.clip(lo, -100, 100)), float(np.clip(hi, -100, 100))) if not np.isnan(lo) else (lo, hi)
+
+
+def direction_verdict(d: float, lo: float, hi: float,  # our difference (points) and its 95% interval
+                      paper: float,                       # the paper's difference (points; NaN: none)
+                     ) -> str:
+    """How our difference compares with the paper's, sign and size: 'too small to tell' when our interval holds 0;
+    'opposite to the paper' when the signs differ; 'as the paper' when the sign agrees and the size does too (the
+    paper's value inside our interval, or ours within a factor `MAGNITUDE_FACTOR` of it); else the same sign with
+    how many times larger or smaller ours is."""
+    if np.isnan(lo) or lo <= 0 <= hi: return 'too small to tell'
+    if np.isnan(paper): return 'no paper number'
+    if np.sign(d) != np.sign(paper): return 'opposite to the paper'
+    ratio = abs(d) / abs(paper)
+    if lo <= paper <= hi or 1 / MAGNITUDE_FACTOR <= ratio <= MAGNITUDE_FACTOR: return 'as the paper'
+    return f'same sign, {ratio:.0f}x larger' if ratio > 1 else f'same sign, {1 / ratio:.0f}x smaller'
+
+
 def directions(per_seed: pd.DataFrame,   # `seed_family_scores` of our runs (fractions)
                ref: pd.DataFrame,        # the paper's reported family scores (`reported_scores`)
                size: str,                # our model size (the demo: 'tiny')
                paper_size: str = '610m') -> pd.DataFrame:
-    """Per comparison and family: our difference (points) with its 95% Welch interval over seeds, the paper's
-    difference at `paper_size`, and a verdict: 'too small to tell' when our interval holds 0, else whether the
-    sign agrees with the paper's."""
+    """Per comparison and family: our difference (points) with its 95% Welch interval over seeds (within
+    [-100, 100]), the paper's difference at `paper_size`, and `direction_verdict`'s judgement of sign and size."""
     ours = per_seed.assign(score=per_seed.test_score * 100)
     paper = ref.set_index(['checkpoint', 'family']).score
     rows = []
@@ -602,11 +624,10 @@ def directions(per_seed: pd.DataFrame,   # `seed_family_scores` of our runs (fra
             pick = lambda ck: ours[(ours.checkpoint == ck.format(size=size)) & (ours.family == fam)].score
             d, lo, hi = diff_interval(pick(a), pick(b))
             if np.isnan(d): continue
+            lo, hi = difference_range(lo, hi)
             pa, pb = (paper.get((ck.format(size=paper_size), fam), np.nan) for ck in (a, b))
-            verdict = ('too small to tell' if np.isnan(lo) or lo <= 0 <= hi else
-                       'no paper number' if np.isnan(pa - pb) else
-                       'as the paper' if np.sign(d) == np.sign(pa - pb) else 'opposite to the paper')
-            rows.append(dict(comparison=name, family=fam, ours=d, ci_low=lo, ci_high=hi, paper=pa - pb, verdict=verdict))
+            rows.append(dict(comparison=name, family=fam, ours=d, ci_low=lo, ci_high=hi, paper=pa - pb,
+                             verdict=direction_verdict(d, lo, hi, pa - pb)))
     return pd.DataFrame(rows, columns=['comparison', 'family', 'ours', 'ci_low', 'ci_high', 'paper', 'verdict'])
 
 # %% ../nbs/05_figures.ipynb #983b3278
