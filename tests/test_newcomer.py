@@ -70,3 +70,200 @@ def test_pretrain_run_with_a_bad_setting_prints_one_error_line_and_exits_2():
 def test_bench_help_names_the_smoke_subcommand():
     r = _mlmclm('bench', '--help')
     assert r.returncode == 0 and 'smoke' in r.stdout and 'smoke --help' in r.stdout
+
+
+# ---------------------------------------------------------------- items 1 and 2: figures of what the store holds
+
+import matplotlib.pyplot as plt
+from matplotlib.collections import PathCollection
+from matplotlib.container import BarContainer
+
+import mlmclm.figures as figures
+from mlmclm.figures import checkpoint_meta, collect_cpt_loss, fig_cpt_loss, main, read_results, render_all
+from mlmclm.vocab import FAMILIES, PAPER_DATASETS
+
+DEMO_TASKS = {'SC': 'rt_sentiment', 'TC': 'corpus_names', 'QA': 'corpus_speaker', 'IR': 'corpus_excerpt'}
+BIPHASIC = [dict(objective='clm', steps=84, mask_ratio=None), dict(objective='mlm', steps=252, mask_ratio=0.4)]
+OWN = 'tiny-clm0.25-mlm-336-1a2b3c-step-336'   # what `recorded_name` gives the README's papermill biphasic run
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close('all')
+
+
+def own_rows(name=OWN, run_id='tiny-clm0.25-mlm-336-1a2b3c', phases=BIPHASIC, step=336, base=0.40, record=True):
+    "A fine-tuned checkpoint of ours as `finetune_sweep` stores it: 3 seeds on each demo task, its pretraining record."
+    rows = []
+    for f, fam in enumerate(FAMILIES):
+        for seed in range(3):
+            row = dict(checkpoint_name=name, dataset=DEMO_TASKS[fam], family=fam, lr=1e-3, seed=seed, val_score=0.5,
+                       test_score=round(base + 0.05 * f + 0.01 * (seed - 1), 4), best_step=None, steps=None, source='ours')
+            if record: row.update(pretrain_run_id=run_id, pretrain_step=step, pretrain_phases=phases, pretrain_init_from=None)
+            rows.append(row)
+    return rows
+
+
+def write_store(path: Path, rows) -> Path:
+    path.write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    return path
+
+
+def capture(results, scale='demo', cpt_loss=None, tmp=None):
+    "render_all's figures and tables (with captions), kept instead of written."
+    figs, tables = {}, {}
+    def keep_figure(fig, folder, name, close=True): figs[name] = fig; return []
+    def keep_table(df, folder, name, caption): tables[name] = (df, caption); return []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figures, 'save_figure', keep_figure); mp.setattr(figures, 'write_table', keep_table)
+        render_all(results, tmp or Path('/nonexistent-unused'), scale=scale, cpt_loss=cpt_loss)
+    return figs, tables
+
+
+def texts(fig) -> str:
+    return '\n'.join(t.get_text() for ax in fig.axes for t in ax.texts)
+
+
+def test_an_own_run_is_described_by_its_recorded_config_in_its_own_steps(tmp_path):
+    rows = pd.DataFrame(own_rows() + own_rows(name='tiny-clm0.25-mlm-336-1a2b3c-step-84', step=84))
+    meta = checkpoint_meta(rows.checkpoint_name, rows).set_index('checkpoint')
+    final, early = meta.loc[OWN], meta.loc['tiny-clm0.25-mlm-336-1a2b3c-step-84']
+    assert (final['size'], final.kind, final.units, final.budget, final.clm_steps) == ('tiny', 'biphasic', 'own', 336, 84)
+    assert final.clm_share == 0.25 and final.mask_ratio == 0.4 and not final.intermediate   # 25%, not the paper's 10/42
+    assert final.condition == 'clm-84-mlm40-336' and final.label == 'tiny-clm-84-mlm40-336'
+    assert early.intermediate and early.step == 84 and early.label == 'tiny-clm-84-mlm40-336 @84'
+    released = checkpoint_meta(['610m-clm-10k-mlm40-42k']).iloc[0]
+    assert released.units == 'paper' and np.isclose(released.clm_share, 10 / 42)
+    with pytest.raises(ValueError, match="'mystery' is not a released name"):
+        checkpoint_meta(['mystery'], rows)
+
+
+def test_the_figures_command_draws_a_store_of_your_own_run(tmp_path, capsys):
+    "The README's two papermill lines leave one checkpoint of a config-named run: it was refused, now it is drawn."
+    store = write_store(tmp_path/'results.jsonl', own_rows())
+    main(['--results', str(store), '--out', str(tmp_path/'fig'), '--scale', 'demo'])
+    out = capsys.readouterr().out
+    assert 'left out' not in out and 'wrote' in out
+    assert OWN in (tmp_path/'fig'/'tables'/'T10_SC_biphasic.md').read_text()
+
+
+def test_an_own_biphasic_run_is_drawn_at_its_own_clm_share():
+    figs, _ = capture(read_results_of(own_rows()))
+    for fam, ax in zip(FAMILIES, figs['fig6_biphasic'].axes):
+        line = next(l for l in ax.lines if l.get_label() == '336 steps (own units)')
+        assert list(line.get_xdata()) == [25.0], fam            # 84 of 336 steps, not the paper's 23.8%
+        assert np.isclose(line.get_ydata()[0], (0.40 + 0.05 * FAMILIES.index(fam)) * 100)
+    bars = [b for ax in figs['figA1_biphasic_largest'].axes for c in ax.containers if isinstance(c, BarContainer) for b in c]
+    assert sum(np.isfinite(b.get_height()) for b in bars) == 4   # the split, one bar per family; its pure ends are absent
+    assert 'not in the store (tiny):\nCLM, MLM-40' in texts(figs['figA1_biphasic_largest'])
+
+
+def read_results_of(rows) -> pd.DataFrame:
+    return pd.DataFrame(rows)
+
+
+def test_own_intermediate_checkpoints_are_drawn_against_their_own_steps():
+    clm = [dict(objective='clm', steps=336, mask_ratio=None)]
+    rows = (own_rows('tiny-clm-336-abcdef-step-336', 'tiny-clm-336-abcdef', clm, 336, 0.5)
+            + own_rows('tiny-clm-336-abcdef-step-84', 'tiny-clm-336-abcdef', clm, 84, 0.3))
+    figs, _ = capture(read_results_of(rows))
+    fig = figs['fig4_data_efficiency']
+    line = next(l for l in fig.axes[0].lines if l.get_label() == 'CLM')
+    assert list(line.get_xdata()) == [84, 336]
+    assert 'own units' in texts_of_figure(fig)
+    assert not any(isinstance(c, PathCollection) for ax in fig.axes for c in ax.collections)   # no paper point in k
+
+
+def texts_of_figure(fig) -> str:
+    return '\n'.join(t.get_text() for t in fig.texts) + texts(fig)
+
+
+def test_a_checkpoint_without_a_pretraining_record_is_still_left_out_by_name(tmp_path, capsys):
+    store = write_store(tmp_path/'results.jsonl', own_rows(record=False))
+    with pytest.raises(SystemExit):
+        main(['--results', str(store), '--out', str(tmp_path/'fig'), '--scale', 'demo'])
+    out = capsys.readouterr().out
+    assert f'left out 1 checkpoint(s)' in out and 'no pretraining record' in out and OWN in out
+
+
+def authors_rows(models, datasets_per_family=None) -> pd.DataFrame:
+    "The authors' imported runs of `models`, every paper dataset, 2 seeds, known scores."
+    rows = []
+    for i, ck in enumerate(models):
+        for f, fam in enumerate(FAMILIES):
+            for ds in PAPER_DATASETS[fam]:
+                for seed in (0, 1):
+                    rows.append(dict(checkpoint_name=ck, dataset=ds, family=fam, lr=1e-4, seed=seed, val_score=0.5,
+                                     test_score=0.5 + 0.05 * i + 0.01 * seed, best_step=None, steps=None, source='authors'))
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope='module')
+def imported():
+    "An import of the authors' 610m pure models alone: no intermediate checkpoint, no split, no 1B model."
+    figs, tables = capture(authors_rows(['610m-clm-42k', '610m-mlm40-42k']), scale='authors')
+    yield figs
+    plt.close('all')
+
+
+def test_fig4_draws_the_imported_final_models_and_names_what_is_absent(imported):
+    for fam, ax in zip(FAMILIES, imported['fig4_data_efficiency'].axes):
+        assert {l.get_label() for l in ax.lines} >= {'CLM', 'MLM'}, fam
+        note = '\n'.join(t.get_text() for t in ax.texts)
+        assert 'no intermediate checkpoints' in note and 'not in the store:\n610m-clm-42k-' in note, fam
+
+
+def test_fig3_tells_the_papers_sizes_apart_in_the_legend(imported):
+    fig = imported['fig3_mask_ratio']
+    labels = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert {'paper: MLM, 210m', 'paper: MLM, 610m', 'paper: MLM, 1b', '610m'} <= labels
+    assert 'not in the store:\n610m-mlm20-42k' in texts(fig)   # the 610m models of other ratios
+
+
+def test_every_drawn_marker_has_a_legend_label(imported):
+    for name, fig in imported.items():
+        for ax in fig.axes:
+            for c in ax.collections:
+                if isinstance(c, PathCollection) and len(c.get_offsets()):
+                    assert not c.get_label().startswith('_'), (name, ax.get_title())
+
+
+def test_figures_with_nothing_to_draw_say_so_without_empty_unit_axes(imported):
+    fig9 = imported['fig9_cpt_loss']
+    assert not fig9.axes[0].axison and 'no CPT loss curves' in texts(fig9)
+    a1 = imported['figA1_biphasic_largest']
+    # no split of ours: the paper's largest 25% split (610m in its printed tables) beside our pure models of that size
+    assert all(ax.axison and ax.get_ylim() != (0.0, 1.0) for ax in a1.axes)
+    for ax in a1.axes:
+        heights = [b.get_height() for c in ax.containers if isinstance(c, BarContainer) for b in c]
+        assert np.isfinite(heights[:2]).all() and np.isnan(heights[2])
+        assert [t.get_text() for t in ax.texts] == ['not in the store (610m):\nCLM→MLM']
+
+
+def test_fig6_says_where_the_store_has_no_split(imported):
+    assert 'no CLM-then-MLM-40 split in the store' in texts(imported['fig6_biphasic'])
+
+
+# ---------------------------------------------------------------- item 5: Figure 9 and Table 1
+
+def test_fig9_draws_the_held_out_curve_the_runs_record(tmp_path):
+    run = tmp_path/'tiny-clm-dec42k-mlm40-54k'; run.mkdir()
+    rows = [dict(step=s, loss=7.0 + (0.3 if s % 20 else -0.3), heldout_loss=(6.9 - s / 1000) if s % 20 == 0 else None,
+                 phase=0, objective='mlm') for s in range(10, 100, 10)]
+    (run/'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    loss = collect_cpt_loss(tmp_path)
+    assert loss.heldout_loss.notna().sum() == 4
+    fig = fig_cpt_loss(loss, 'demo')
+    ax = fig.axes[0]
+    (line,) = ax.lines
+    assert np.allclose(line.get_ydata(), [6.9 - s / 1000 for s in (20, 40, 60, 80)])   # the held-out rows only
+    assert ax.get_ylabel() == 'held-out MLM loss (nats)'
+    old = fig_cpt_loss(loss.drop(columns='heldout_loss'), 'demo')   # an older table: the batch loss, and the axis says so
+    assert old.axes[0].get_ylabel() == 'batch MLM loss (nats)' and len(old.axes[0].lines[0].get_ydata()) == 9
+    plt.close('all')
+
+
+def test_table_1_says_at_demo_scale_that_it_holds_the_papers_settings():
+    _, tables = capture(read_results_of(own_rows()))
+    assert tables['T01_hyperparameters'][1].startswith("Table 1: hyperparameters of the paper's runs (the demo trains tiny")
