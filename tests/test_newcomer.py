@@ -267,3 +267,104 @@ def test_fig9_draws_the_held_out_curve_the_runs_record(tmp_path):
 def test_table_1_says_at_demo_scale_that_it_holds_the_papers_settings():
     _, tables = capture(read_results_of(own_rows()))
     assert tables['T01_hyperparameters'][1].startswith("Table 1: hyperparameters of the paper's runs (the demo trains tiny")
+
+
+# ---------------------------------------------------------------- item 4: the README's numbers come from the results
+
+import importlib.util
+import shutil
+import time
+
+_spec = importlib.util.spec_from_file_location('docs', ROOT/'.ci'/'docs.py')
+docs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(docs)
+REFERENCE = ROOT/'tests'/'data'/'demo'   # the committed demo tables (never what a demo run writes)
+
+
+def test_the_readmes_numbers_are_those_of_the_committed_results():
+    readme = (ROOT/'README.md').read_text(encoding='utf-8')
+    from mlmclm.figures import split_control, study_scores
+    scores = study_scores(split_control(read_results(REFERENCE/'results.csv'))[0]).set_index(['checkpoint', 'family'])
+    clm = scores.loc[('tiny-clm-42k', 'TC')]
+    assert f'| CLM | ' in readme and f'{clm.score:.1f} ± {(clm.ci_high - clm.ci_low) / 2:.1f}' in readme
+    loss = pd.read_csv(REFERENCE/'pretrain_loss.csv').set_index('run')
+    assert f"CLM {loss.loc['tiny-clm-42k', 'final_loss']:.2f} training" in readme
+    assert f"MLM-40 {loss.loc['tiny-mlm40-42k', 'final_loss']:.2f};" in readme      # the measured table: 7.09, not 7.10
+    timings = json.loads((ROOT/'figures'/'demo'/'timings.json').read_text())
+    demo, test = timings['demo'][0], timings['test'][0]
+    assert f"the demo took {demo['minutes']:g} minutes at a load of {demo['load'][0]:g} to {demo['load'][1]:g}" in readme
+    assert f"the tests\n{test['minutes']:g} minutes" in readme or f"the tests {test['minutes']:g} minutes" in readme
+    assert '20 to 45 minutes' not in readme and '16.5 min:' not in readme
+    inter = read_results(REFERENCE/'results.csv')
+    inter = inter[inter.checkpoint_name.str.fullmatch(r'tiny-.+-\d{3,}')]
+    assert 'two intermediate ones on two tasks' in readme and inter.dataset.nunique() == 2
+    assert "TC same sign, 75x larger" in readme
+
+
+def test_check_readme_fails_when_a_committed_number_changes(tmp_path, monkeypatch, capsys):
+    copy = tmp_path/'demo'; shutil.copytree(REFERENCE, copy)
+    table = pd.read_csv(copy/'pretrain_loss.csv')
+    table.loc[table.run == 'tiny-clm-42k', 'final_loss'] += 0.5
+    table.to_csv(copy/'pretrain_loss.csv', index=False)
+    monkeypatch.setattr(docs, 'DEMO', copy)
+    assert docs.main(['check-readme']) == 1
+    assert 'README.md is not what nbs/index.ipynb renders to' in capsys.readouterr().out
+    monkeypatch.setattr(docs, 'DEMO', REFERENCE)
+    assert docs.main(['check-readme']) == 0
+
+
+def test_an_unknown_number_in_the_readme_is_an_error_naming_it():
+    with pytest.raises(KeyError, match=r"\{\{nonsense\}\} in nbs/index.ipynb: no such number"):
+        docs.fill('took {{nonsense}} minutes')
+    assert docs.fill('{{timing demo}}') == '65 minutes at a load of 4 to 7'
+
+
+def test_the_timed_wrapper_records_minutes_load_and_the_commands_exit_status(tmp_path):
+    env = dict(os.environ, MLMCLM_TIMINGS_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, str(ROOT/'.ci'/'timed.py'), 'probe', '--', sys.executable, '-c',
+                        'import sys, time; time.sleep(0.2); sys.exit(3)'], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 3, r.stderr
+    entry = json.loads((tmp_path/'probe.json').read_text())
+    assert entry['exit_status'] == 3 and entry['minutes'] >= 0 and entry['cores'] == os.cpu_count()
+    if Path('/proc/loadavg').is_file(): assert len(entry['load']) == 2 and entry['load'][0] <= entry['load'][1]
+    assert r.stdout.startswith('probe: ') and 'minutes' in r.stdout
+
+
+def test_the_test_command_times_itself_and_prints_a_line_per_notebook(tmp_path):
+    script = (ROOT/'.ci'/'test').read_text()
+    assert 'python3 .ci/timed.py test -- bash .ci/test' in script and 'nbdev_test --n_workers 2 --timing --do_print' in script
+    assert 'python3 .ci/timed.py demo -- bash .ci/demo' in (ROOT/'.ci'/'demo').read_text()
+    for name in ('a', 'b'):   # what --do_print shows, through a pipe, as each notebook ends
+        nb = dict(cells=[dict(cell_type='code', id='c0', metadata={}, execution_count=None, outputs=[], source=['assert 1 + 1 == 2'])],
+                  metadata={}, nbformat=4, nbformat_minor=5)
+        (tmp_path/f'{name}.ipynb').write_text(json.dumps(nb))
+    nbdev_test = Path(sys.executable).parent/'nbdev_test'
+    if not nbdev_test.is_file(): pytest.skip('nbdev_test is not installed beside this Python')
+    r = subprocess.run([str(nbdev_test), '--path', str(tmp_path), '--n_workers', '2', '--timing', '--do_print'], cwd=ROOT,
+                       capture_output=True, text=True, env=dict(os.environ, PYTHONUNBUFFERED='1'), timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count('- Completed') == 2 and 'a.ipynb: ' in r.stdout
+
+
+def test_the_readmes_jupyterlab_line_starts_as_root_and_as_a_user(tmp_path):
+    readme = (ROOT/'README.md').read_text(encoding='utf-8')
+    line = re.search(r'`\.venv/bin/(jupyter lab [^`]*)`', readme).group(1).split()
+    assert line[:2] == ['jupyter', 'lab'] and '--allow-root' in line
+    jupyter = Path(sys.executable).parent/'jupyter'
+    if not jupyter.is_file(): pytest.skip('JupyterLab is not installed beside this Python')
+    args = [str(jupyter)] + line[1:-1] + [str(ROOT/'nbs'), '--no-browser', '--ServerApp.port=0',
+                                          f'--ServerApp.root_dir={ROOT}', '--ServerApp.token=x']
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path/'rt'), JUPYTER_CONFIG_DIR=str(tmp_path/'cfg'), HOME=str(tmp_path))
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path)
+    seen, deadline = [], time.monotonic() + 90
+    try:
+        while time.monotonic() < deadline:
+            out = p.stdout.readline()
+            if not out and p.poll() is not None: break
+            seen.append(out)
+            if 'is running at' in out or 'http://127.0.0.1:' in out: break
+    finally:
+        p.terminate()
+        try: p.wait(timeout=30)
+        except subprocess.TimeoutExpired: p.kill(); p.wait()
+    assert any('http://127.0.0.1:' in s or 'is running at' in s for s in seen), ''.join(seen)[-2000:]
