@@ -33,7 +33,7 @@ __all__ = ['KIND_COLORS', 'KIND_LABELS', 'PAPER_MARKERS', 'PAPER_MARKER', 'SIZE_
            'fig_biphasic', 'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest', 'protocol_gaps',
            'fig_protocol_gap', 'hyperparameter_table', 'results_tables', 'ours_minus_paper', 'difference_range',
            'direction_verdict', 'directions', 'write_table', 'collect_cpt_loss', 'unigram_entropy',
-           'corpus_unigram_entropy', 'collect_pretrain_loss', 'render_all', 'drawable', 'main']
+           'corpus_unigram_entropy', 'collect_pretrain_loss', 'render_all', 'one_source', 'drawable', 'main']
 
 # %% ../nbs/05_figures.ipynb #30282a31
 def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -826,10 +826,17 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
                cpt_loss: pd.DataFrame | None = None,  # Figure 9's curves
                flops_per_step=paper_flops_per_step,  # (size, kind) -> FLOPs per step (Figure 4's appendix variant); None: skip it
                selection: str = DEFAULT_SELECTION,   # LR selection: 'per_seed' (each seed's best) or 'mean' (best seed-mean)
+               source: str | None = None,     # whose rows: 'ours' or 'authors' (None: ours where the store holds any)
               ) -> list[Path]:
     "Every figure (PNG + PDF) and table (Markdown + LaTeX) of the paper into `out_dir`."
     setup_style()
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    demo = scale == 'demo'
+    results, source, others = one_source(results, source)
+    if others:   # every figure and table says whose rows it shows
+        whose = lambda s: {'ours': 'our', 'authors': "the authors'"}.get(s, f"{s}'s")
+        scale = (f"{scale_note(scale)}; {whose(source)} rows only, the store also holds "
+                 + ', '.join(f'{whose(s)} (--source {s})' for s in others))
     results, control = split_control(results)   # the control is a reference line, not an experiment's point
     control = control_scores(control, selection)
     every = paper_rows(results)          # the paper's datasets only (no `qed`)
@@ -862,10 +869,21 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
         files += write_table(gaps, tables, 'protocol_gap', f'MLM minus CLM (points) per fine-tuning protocol ({scale_note(scale)})')
     files += write_table(hyperparameter_table(), tables, 'T01_hyperparameters',
                          "Table 1: hyperparameters of the paper's runs (" + ("the demo trains tiny models with its own, smaller "
-                         "settings: nbs/04_study.ipynb)" if scale == 'demo' else scale_note(scale) + ')'))
+                         "settings: nbs/04_study.ipynb)" if demo else scale_note(scale) + ')'))
     for name, table in results_tables(per_dataset, scores, paper).items():
         files += write_table(table, tables, name, f'Table {int(name[1:3])}: {name[4:].replace("_", " ")} ({scale_note(scale)})')
     return files
+
+
+def one_source(results: pd.DataFrame, source: str | None = None) -> tuple[pd.DataFrame, str, list[str]]:
+    """(the rows of one source, that source, the other sources the store holds): the figures never average our runs
+    with the authors' imported runs of the same model. By default ours where the store holds any, else the one
+    source it holds; a source the store lacks is an error naming those it holds. Rows that name none are ours."""
+    src = results['source'].fillna('ours').astype(str) if 'source' in results else pd.Series('ours', index=results.index)
+    held = sorted(set(src))
+    if source is None: source = 'ours' if 'ours' in held or not held else held[0]
+    if held and source not in held: raise ValueError(f'source={source!r}: the store holds rows of {held} only')
+    return results[src == source], source, [s for s in held if s != source]
 
 
 def _our_tables(paper, scores, ref, control, tables: Path, scale: str, selection: str) -> list[Path]:
@@ -916,6 +934,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument('--scale', default='demo', choices=['demo', 'paper', 'authors'])
     p.add_argument('--study', help='study folder to collect CPT loss curves from (writes <out>/cpt_loss.csv; demo scale: also '
                                      '<out>/pretrain_loss.csv, final losses beside the unigram entropy)')
+    p.add_argument('--source', choices=['ours', 'authors'],
+                   help="whose rows to draw when a store holds both (default: ours); the figures say which")
     p.add_argument('--selection', default=DEFAULT_SELECTION, choices=list(SELECTIONS),
                    help="LR selection: 'per_seed' (each seed's best LR on validation; reproduces the paper) or 'mean'")
     args = p.parse_args(argv)
@@ -929,7 +949,10 @@ def main(argv: list[str] | None = None) -> None:
             pl = collect_pretrain_loss(args.study, corpus_unigram_entropy(_study_data(args.study)))
             atomic_write_text(out/'pretrain_loss.csv', pl.to_csv(index=False, float_format='%.4f'))
     loss = pd.read_csv(loss_csv) if loss_csv.is_file() else None
-    files = render_all(results, out, args.scale, cpt_loss=loss, selection=args.selection)
+    try: files = render_all(results, out, args.scale, cpt_loss=loss, selection=args.selection, source=args.source)
+    except ValueError as e:
+        if not str(e).startswith('source='): raise
+        p.exit(2, f'error: {e}\n')
     # the tidy table the figures were drawn from travels with them (sorted, fixed float format: stable diffs)
     table = out/'results.csv'
     if Path(args.results).resolve() != table.resolve():

@@ -110,14 +110,14 @@ def write_store(path: Path, rows) -> Path:
     return path
 
 
-def capture(results, scale='demo', cpt_loss=None, tmp=None):
+def capture(results, scale='demo', cpt_loss=None, tmp=None, source=None):
     "render_all's figures and tables (with captions), kept instead of written."
     figs, tables = {}, {}
     def keep_figure(fig, folder, name, close=True): figs[name] = fig; return []
     def keep_table(df, folder, name, caption): tables[name] = (df, caption); return []
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(figures, 'save_figure', keep_figure); mp.setattr(figures, 'write_table', keep_table)
-        render_all(results, tmp or Path('/nonexistent-unused'), scale=scale, cpt_loss=cpt_loss)
+        render_all(results, tmp or Path('/nonexistent-unused'), scale=scale, cpt_loss=cpt_loss, source=source)
     return figs, tables
 
 
@@ -368,3 +368,24 @@ def test_the_readmes_jupyterlab_line_starts_as_root_and_as_a_user(tmp_path):
         try: p.wait(timeout=30)
         except subprocess.TimeoutExpired: p.kill(); p.wait()
     assert any('http://127.0.0.1:' in s or 'is running at' in s for s in seen), ''.join(seen)[-2000:]
+
+
+# ---------------------------------------------------------------- issue 34 item 1: figures say whose rows they show
+
+def test_figures_draw_one_source_and_say_which_when_a_store_holds_both(tmp_path):
+    rows = authors_rows(['610m-clm-42k', '610m-mlm40-42k'])
+    ours = rows.assign(source='ours', test_score=rows.test_score + 0.3)   # our runs of the same models, 30 points up
+    both = pd.concat([rows, ours], ignore_index=True)
+    for source, shift in ((None, 30.0), ('authors', 0.0)):
+        figs, _ = capture(both, scale='authors', source=source)
+        ax = figs['fig2_mlm_vs_clm'].axes[0]   # SC: MLM-40 (index 1) and CLM (index 0), seed mean 50.5 + 5 i
+        heights = sorted(b.get_height() for c in ax.containers if isinstance(c, BarContainer) for b in c
+                         if np.isfinite(b.get_height()))
+        assert np.allclose(heights, [50.5 + shift, 55.5 + shift]), (source, heights)   # never an average of the two
+        title = figs['fig2_mlm_vs_clm']._suptitle.get_text()
+        assert ("our rows only, the store also holds the authors' (--source authors)" if source is None else
+                "the authors' rows only, the store also holds our (--source ours)") in title
+    with pytest.raises(ValueError, match=r"source='mine': the store holds rows of \['authors', 'ours'\] only"):
+        capture(both, source='mine')
+    alone, _ = capture(rows, scale='authors')
+    assert 'rows only' not in alone['fig2_mlm_vs_clm']._suptitle.get_text()   # one source: nothing to say
