@@ -11,6 +11,8 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import matplotlib.ticker as mticker
+from matplotlib.collections import PathCollection
+from matplotlib.container import BarContainer
 import numpy as np
 import pandas as pd
 import seaborn as sns
@@ -188,8 +190,24 @@ def _yerr(df: pd.DataFrame) -> list:
     return [df.score - lo, hi - df.score]
 
 
+def _drawn(ax, paper: bool = True) -> bool:
+    """Whether a panel shows any data: a line or marker with a finite value, a bar of finite height, or a band;
+    with `paper=False`, any of ours (the paper's markers, labelled 'paper: ...', left aside)."""
+    finite = lambda v: bool(np.isfinite(np.asarray(v, dtype=float)).any()) if len(v) else False
+    if any(finite(l.get_ydata()) for l in ax.lines): return True
+    if any(finite([p.get_height()]) for c in ax.containers if isinstance(c, BarContainer) for p in c): return True
+    shows = lambda c: (len(c.get_offsets()) if isinstance(c, PathCollection) else   # markers; else bands and error bars
+                       any(np.isfinite(p.vertices).all(axis=1).any() for p in c.get_paths()))
+    return any(shows(c) for c in ax.collections if paper or not str(c.get_label()).startswith('paper: '))
+
+
 def _finish(fig, axes, title: str, scale: str, xlabel: str, ylabel: str = 'score (%)'):
     for ax, fam in zip(axes, FAMILIES):
+        if not _drawn(ax):   # nothing of ours or the paper's here: say so, with no axes pretending to a range
+            if not ax.texts: ax.text(0.5, 0.5, f'no model of this figure\nin the store for {fam}', transform=ax.transAxes, ha='center',
+                                     va='center', fontsize=7, color='grey')
+            ax.set_axis_off()
+        elif not _drawn(ax, paper=False) and not ax.texts: _note(ax, "none of the store's models here")
         ax.set_title(fam); ax.set_xlabel(''); ax.set_ylabel('')
         lo, hi = ax.get_ylim()
         if ylabel == 'score (%)': ax.set_ylim(max(lo, 0), min(hi, 100))   # percentages: wide CIs (few seeds) are clipped
@@ -295,7 +313,8 @@ def fig_mlm_vs_clm(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
         for j, kind in enumerate(('mlm', 'clm')):
             pos = np.arange(len(sizes)) + (j - 0.5) * 0.38
             o = ours[(ours.family == fam) & (ours.kind == kind)].set_index('slot').reindex(sizes)
-            ax.bar(pos, o.score, width=0.36, color=KIND_COLORS[kind], label=kind.upper() + (' (40%)' if kind == 'mlm' else ''),
+            label = kind.upper() + (' (40%)' if kind == 'mlm' else '') if o.score.notna().any() else '_nolegend_'
+            ax.bar(pos, o.score, width=0.36, color=KIND_COLORS[kind], label=label,
                    yerr=_yerr(o), capsize=2, error_kw=dict(lw=0.8))
             p = paper[(paper.family == fam) & (paper.kind == kind)].set_index('size').reindex(sizes)
             _paper_points(ax, pd.DataFrame(dict(x=pos, score=p.score.values, kind=kind)).dropna(), 'x')

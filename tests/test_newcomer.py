@@ -389,3 +389,14 @@ def test_figures_draw_one_source_and_say_which_when_a_store_holds_both(tmp_path)
         capture(both, source='mine')
     alone, _ = capture(rows, scale='authors')
     assert 'rows only' not in alone['fig2_mlm_vs_clm']._suptitle.get_text()   # one source: nothing to say
+
+
+def test_panels_say_when_none_of_the_stores_models_belong_to_them():
+    "A store of one biphasic run: Figure 2 shows only the paper's markers and says so; Figure 5 has nothing to draw."
+    figs, _ = capture(read_results_of(own_rows()))
+    for ax in figs['fig2_mlm_vs_clm'].axes:
+        assert [t.get_text() for t in ax.texts] == ["none of the store's models here"], ax.get_title()
+    labels = {t.get_text() for t in figs['fig2_mlm_vs_clm'].legends[0].get_texts()}
+    assert labels == {'paper: MLM', 'paper: CLM'}   # no legend entry for bars that are not there
+    for fam, ax in zip(FAMILIES, figs['fig5_lr_stability'].axes):
+        assert not ax.axison and [t.get_text() for t in ax.texts] == [f'no model of this figure\nin the store for {fam}']
