@@ -455,6 +455,11 @@ def _fixed_budget_rows(df, size=None):
         size = max(counts.index, key=lambda s: (counts[s], SIZE_ORDER.index(s) if s in SIZE_ORDER else -1))
     splits = bi[bi['size'] == size]
     budgets = set(zip(_units(splits), splits.budget))   # a budget in its units: own steps are not the paper's
+    if not len(bi):   # no split at all: the pure ends the store holds (at 0% and 100%), of the paper's size if held
+        pure = df[(df.kind == 'clm') | _mlm_at(df)]
+        held = [s for s in SIZE_ORDER if s in set(pure['size'])]
+        size = size or ('610m' if '610m' in held else held[-1] if held else None)
+        budgets = set(zip(_units(pure), pure.budget))
     ends = df[((df.kind == 'clm') | _mlm_at(df)) & pd.Series([k in budgets for k in zip(_units(df), df.budget)], index=df.index, dtype=bool)]
     return pd.concat([bi, ends])[lambda d: d['size'] == size], size
 
@@ -479,7 +484,7 @@ def fig_biphasic(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
             ax.plot(x, o.score, marker='o', color=pal[(u, b)], label=budget_label(u, b))
         p = paper[paper.family == fam]
         _paper_points(ax, p.assign(x=p.clm_share * 100), 'x')
-        if not len(ours): _note(ax, 'no CLM-then-MLM-40 split in the store', y=0.5)
+        if not (ours.kind == 'biphasic').any(): _note(ax, 'no CLM-then-MLM-40 split\nin the store', y=0.55)
         _note(ax, absent(scores, paper, fam))
     _finish(fig, axes, f'Figure 6: score vs CLM share of the budget (CLM then MLM-40, {size or "no split"})', scale,
             'CLM share (%)')

@@ -241,8 +241,12 @@ def test_figures_with_nothing_to_draw_say_so_without_empty_unit_axes(imported):
         assert [t.get_text() for t in ax.texts] == ['not in the store (610m):\nCLM→MLM']
 
 
-def test_fig6_says_where_the_store_has_no_split(imported):
-    assert 'no CLM-then-MLM-40 split in the store' in texts(imported['fig6_biphasic'])
+def test_fig6_draws_the_pure_ends_and_says_where_the_store_has_no_split(imported):
+    fig = imported['fig6_biphasic']
+    assert 'no CLM-then-MLM-40 split\nin the store' in texts(fig)
+    for ax in fig.axes:   # the imported 610m MLM-40 and CLM models at 0% and 100% CLM
+        (line,) = [l for l in ax.lines if l.get_label() == '42k steps']
+        assert list(line.get_xdata()) == [0.0, 100.0] and np.allclose(line.get_ydata(), [55.5, 50.5])
 
 
 # ---------------------------------------------------------------- item 5: Figure 9 and Table 1
