@@ -856,11 +856,7 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
     setup_style()
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
     demo = scale == 'demo'
-    results, source, others = one_source(results, source)
-    if others:   # every figure and table says whose rows it shows
-        whose = lambda s: {'ours': 'our', 'authors': "the authors'"}.get(s, f"{s}'s")
-        scale = (f"{scale_note(scale)}; {whose(source)} rows only, the store also holds "
-                 + ', '.join(f'{whose(s)} (--source {s})' for s in others))
+    results, scale = _source_and_scale(results, source, scale)
     results, control = split_control(results)   # the control is a reference line, not an experiment's point
     control = control_scores(control, selection)
     every = paper_rows(results)          # the paper's datasets only (no `qed`)
@@ -891,9 +887,7 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
     files += _our_tables(paper, scores, ref, control, tables, scale, selection)
     if gaps is not None:
         files += write_table(gaps, tables, 'protocol_gap', f'MLM minus CLM (points) per fine-tuning protocol ({scale_note(scale)})')
-    files += write_table(hyperparameter_table(), tables, 'T01_hyperparameters',
-                         "Table 1: hyperparameters of the paper's runs (" + ("the demo trains tiny models with its own, smaller "
-                         "settings: nbs/04_study.ipynb)" if demo else scale_note(scale) + ')'))
+    files += write_table(hyperparameter_table(), tables, 'T01_hyperparameters', _table1_caption(demo, scale))
     for name, table in results_tables(per_dataset, scores, paper).items():
         files += write_table(table, tables, name, f'Table {int(name[1:3])}: {name[4:].replace("_", " ")} ({scale_note(scale)})')
     return files
@@ -908,6 +902,21 @@ def one_source(results: pd.DataFrame, source: str | None = None) -> tuple[pd.Dat
     if source is None: source = 'ours' if 'ours' in held or not held else held[0]
     if held and source not in held: raise ValueError(f'source={source!r}: the store holds rows of {held} only')
     return results[src == source], source, [s for s in held if s != source]
+
+
+def _source_and_scale(results: pd.DataFrame, source: str | None, scale: str) -> tuple[pd.DataFrame, str]:
+    "(the rows of one source, the scale text every figure and table carries: it names that source if the store holds another)."
+    results, source, others = one_source(results, source)
+    if not others: return results, scale
+    whose = lambda s: {'ours': 'our', 'authors': "the authors'"}.get(s, f"{s}'s")
+    return results, (f"{scale_note(scale)}; {whose(source)} rows only, the store also holds "
+                     + ', '.join(f'{whose(s)} (--source {s})' for s in others))
+
+
+def _table1_caption(demo: bool, scale: str) -> str:
+    "Table 1 holds the paper's settings; at demo scale its caption says the demo trains with its own."
+    return "Table 1: hyperparameters of the paper's runs (" + (
+        'the demo trains tiny models with its own, smaller settings: nbs/04_study.ipynb)' if demo else scale_note(scale) + ')')
 
 
 def _our_tables(paper, scores, ref, control, tables: Path, scale: str, selection: str) -> list[Path]:
