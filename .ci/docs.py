@@ -9,6 +9,13 @@ Both come from the committed notebooks and their saved outputs (`.ci/outputs.py`
     .venv/bin/python .ci/docs.py browser [DIR] [SHOTS]   # the same in headless Chromium, with screenshots in SHOTS
                                                          # (default runs/docs-check/); Debian: apt-get install chromium
 
+The README's measured numbers are not typed in: `index.ipynb` writes `{{name args}}` where one belongs, and both the
+README and the site fill it in from the committed demo results (`NUMBERS` below): `results.csv` and `pretrain_loss.csv`
+as committed in `figures/demo/`, read from their copy in `tests/data/demo/` (which the tests keep equal to the
+committed files, and which no demo run rewrites: a rerun on another CPU changes `figures/demo/`, not the README's
+source), and the measured times of `figures/demo/timings.json`. So the README cannot drift from them, and
+`check-readme` fails when they change until `docs.py readme` is run.
+
 The site: `index.html` is the rendered `index.ipynb` (the README); every notebook and `protocol.md` is a page; a
 sidebar on every page links to all of them. Links between notebooks and to `protocol.md` point to their pages, and
 every other file a page links to or shows (the demo's figures) is copied into the site, so DIR can be published or
@@ -43,9 +50,113 @@ def readme_text() -> str:
     from nbconvert import MarkdownExporter
     nb = nbformat.read(NBS/'index.ipynb', as_version=4)
     nb.metadata['language_info'] = {'name': 'python'}   # nbdev_clean drops it; the exporter needs it for ```python
+    for cell in nb.cells:
+        if cell.cell_type == 'markdown': cell.source = fill(cell.source)
     body, _ = MarkdownExporter().from_notebook_node(nb)
     body = re.sub(r'\n{3,}', '\n\n', body).strip() + '\n'
     return body
+
+
+# ---------------------------------------------------------------- numbers from the committed results
+
+DEMO = ROOT/'tests'/'data'/'demo'                 # the committed demo tables (a copy no demo run rewrites)
+TIMINGS = ROOT/'figures'/'demo'/'timings.json'     # the measured times of the README's commands
+PLACEHOLDER = re.compile(r'\{\{([a-z_]+)((?: [^{}\s]+)*)\}\}')
+# the demo's final models in the README's words, in its order (the control first)
+DEMO_MODELS = {'tiny-random': '`tiny-random` (control)', 'tiny-clm-42k': 'CLM', 'tiny-mlm40-42k': 'MLM-40',
+               'tiny-mlm20-42k': 'MLM-20', 'tiny-clm-10k-mlm40-42k': '25% CLM then MLM-40',
+               'tiny-clm-dec42k-mlm40-54k': 'CPT: decayed CLM + MLM-40',
+               'tiny-mlm40-dec42k-mlm40-54k': 'CPT: decayed MLM-40 + MLM-40'}
+
+
+def _demo_results():
+    from mlmclm.results import read_results
+    return read_results(DEMO/'results.csv')
+
+
+def _measurement(entry: dict, detail: bool) -> str:
+    "'65 minutes at a load of 4 to 7', with its stages and what was measured when `detail`."
+    load = entry.get('load')
+    text = f"{entry['minutes']:g} minutes " + (f'at a load of {load[0]:g} to {load[1]:g}' if load else ', load not recorded')
+    text = text.replace(' ,', ',')
+    if not detail: return text
+    stages = ', '.join(f'{k} {v:g}' for k, v in entry.get('stages', {}).items())
+    return text + ' (' + '; '.join(x for x in (stages, entry.get('what', '')) if x) + ')'
+
+
+def timing(command: str, which: str = 'latest') -> str:
+    """How long `command` ('demo', 'test') took, from `timings.json`: its newest measurement ('latest': minutes and
+    load) or every one ('all', newest first, with its stages and what was measured)."""
+    entries = json.loads(TIMINGS.read_text(encoding='utf-8'))[command]
+    if which == 'latest': return _measurement(entries[0], False)
+    return '; '.join(_measurement(e, True) for e in entries)
+
+
+def timing_range(command: str) -> str:
+    "'16.5 to 65 minutes': the fastest and the slowest measurement of `command`."
+    minutes = [e['minutes'] for e in json.loads(TIMINGS.read_text(encoding='utf-8'))[command]]
+    return f'{min(minutes):g} to {max(minutes):g} minutes'
+
+
+def pretrain_loss(run: str, column: str) -> str:
+    "One number of `pretrain_loss.csv` (`final_loss`, `heldout_loss`, `unigram_entropy`), two decimals."
+    import pandas as pd
+    table = pd.read_csv(DEMO/'pretrain_loss.csv').set_index('run')
+    return f'{table.loc[run, column]:.2f}'
+
+
+def scores_table() -> str:
+    "The demo's family scores (percent, mean ± half its 95% interval over seeds), one row per final model."
+    from mlmclm.figures import control_scores, split_control, study_scores
+    from mlmclm.vocab import FAMILIES
+    ours, control = split_control(_demo_results())
+    scores = {**{(r.checkpoint, r.family): r for r in study_scores(ours).itertuples()},
+              **{('tiny-random', r.family): r for r in control_scores(control).itertuples()}}
+    cell = lambda r: f'{r.score:.1f} ± {(r.ci_high - r.ci_low) / 2:.1f}'
+    rows = [f'| {label} | ' + ' | '.join(cell(scores[(ck, f)]) for f in FAMILIES) + ' |'
+            for ck, label in DEMO_MODELS.items() if all((ck, f) in scores for f in FAMILIES)]
+    return '\n'.join(['| model | ' + ' | '.join(FAMILIES) + ' |', '|---' * (len(FAMILIES) + 1) + '|'] + rows)
+
+
+def intermediate_tasks() -> str:
+    "The tasks the demo's intermediate checkpoints were fine-tuned on, from `results.csv`: 'two tasks (TC, QA)'."
+    from mlmclm.vocab import describe_checkpoint
+    res = _demo_results()
+    inter = res[[n != 'tiny-random' and describe_checkpoint(n)['intermediate'] for n in res.checkpoint_name]]
+    tasks = inter.drop_duplicates('dataset').sort_values('family')
+    words = {1: 'one', 2: 'two', 3: 'three', 4: 'four'}
+    return (f"{words.get(len(tasks), len(tasks))} task{'s' if len(tasks) != 1 else ''} "
+            f"({', '.join(f'{r.family}: `{r.dataset}`' for r in tasks.itertuples())})")
+
+
+def count(what: str) -> str:
+    "How many of `what` `results.csv` holds: 'finetune_runs' (rows), 'checkpoints' (the control's included)."
+    res = _demo_results()
+    n = len(res) if what == 'finetune_runs' else res.checkpoint_name.nunique()
+    return f'{n:,}'
+
+
+def directions_summary() -> str:
+    "The directions table of the demo in words: per comparison, each family's verdict."
+    from mlmclm.figures import directions, split_control
+    from mlmclm.paper_runs import paper_rows, reported_scores
+    from mlmclm.results import protocol_cell, seed_family_scores
+    table = directions(seed_family_scores(protocol_cell(paper_rows(split_control(_demo_results())[0]))), reported_scores(), 'tiny')
+    return '. '.join(f'{name}: ' + '; '.join(f'{r.family} {r.verdict}' for r in g.itertuples())
+                     for name, g in table.groupby('comparison', sort=False))
+
+
+NUMBERS = {'timing': timing, 'timing_range': timing_range, 'pretrain_loss': pretrain_loss, 'scores_table': scores_table,
+           'intermediate_tasks': intermediate_tasks, 'count': count, 'directions': directions_summary}
+
+
+def fill(text: str) -> str:
+    "`text` with every `{{name args}}` replaced by `NUMBERS[name](*args)`; an unknown name is an error naming it."
+    def one(m):
+        name, args = m.group(1), m.group(2).split()
+        if name not in NUMBERS: raise KeyError(f'{{{{{name}}}}} in nbs/index.ipynb: no such number; known: {sorted(NUMBERS)}')
+        return NUMBERS[name](*args)
+    return PLACEHOLDER.sub(one, text)
 
 
 # ---------------------------------------------------------------- rendering
@@ -111,7 +222,8 @@ def notebook_html(path: Path, toc: list) -> str:
     from pygments.lexers import PythonLexer
     parts = []
     for cell in nbformat.read(path, as_version=4).cells:
-        if cell.cell_type == 'markdown': parts.append(markdown_html(cell.source, toc)); continue
+        if cell.cell_type == 'markdown':
+            parts.append(markdown_html(fill(cell.source) if path.stem == 'index' else cell.source, toc)); continue
         if cell.cell_type != 'code': continue
         directives, code = _directives(cell.source)
         if any(d == 'hide' or d.startswith('default_exp') for d in directives): continue

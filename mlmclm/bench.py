@@ -884,8 +884,10 @@ def _bool_or_none(text: str):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog='python -m mlmclm.bench',
-                                description='Training throughput of ours against a baseline, in one run on one machine.')
+    p = argparse.ArgumentParser(prog='python -m mlmclm.bench', usage='%(prog)s [smoke [--device D] [--out F] | options]',
+                                description='Training throughput of ours against a baseline, in one run on one machine.',
+                                epilog="'smoke' (the first word) runs every GPU path once instead, at tiny sizes on a CPU "
+                                       "(what to run first on a GPU); `%(prog)s smoke --help` lists its options.")
     p.add_argument('--size', choices=BENCH_SIZES, help="model shape (pretraining default: tiny); with --finetune, a fresh model")
     p.add_argument('--objective', default='clm', choices=['clm', 'mlm'])
     p.add_argument('--baseline', default=None, choices=['hf', 'dense-head', 'hf-trainer'],

@@ -11,13 +11,15 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import matplotlib.ticker as mticker
+from matplotlib.collections import PathCollection
+from matplotlib.container import BarContainer
 import numpy as np
 import pandas as pd
 import seaborn as sns
 
 from .core import atomic_path, atomic_write_text, read_json, read_jsonl
 from .vocab import (ADAMW, CONTROL, FAMILIES, FULL_BUDGET, PAPER_TASKS, PRETRAIN, PROTOCOL, RATIOS, SIZE_ORDER,
-                          describe_checkpoint, parse_run_name)
+                          Phase, describe_checkpoint, parse_run_name)
 from .runs import shard_dir
 from .sizes import flops_per_token, model_config
 from .results import (DEFAULT_SELECTION, FAMILY_SCORE_COLUMNS, PROTOCOL_AXES, RESULT_COLUMNS, SELECTIONS, aggregate,
@@ -26,13 +28,14 @@ from .results import (DEFAULT_SELECTION, FAMILY_SCORE_COLUMNS, PROTOCOL_AXES, RE
 from .paper_runs import paper_rows, reported_scores
 
 # %% auto #0
-__all__ = ['KIND_COLORS', 'KIND_LABELS', 'PAPER_MARKERS', 'PAPER_MARKER', 'TABLE_GROUPS', 'COMPARISONS', 'split_control',
-           'checkpoint_meta', 'study_scores', 'control_scores', 'draw_control', 'setup_style', 'save_figure',
-           'scale_note', 'fig_overview', 'fig_mlm_vs_clm', 'fig_mask_ratio', 'fig_data_efficiency',
-           'paper_flops_per_step', 'fig_lr_stability', 'fig_biphasic', 'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss',
-           'fig_biphasic_largest', 'protocol_gaps', 'fig_protocol_gap', 'hyperparameter_table', 'results_tables',
-           'ours_minus_paper', 'directions', 'write_table', 'collect_cpt_loss', 'unigram_entropy',
-           'corpus_unigram_entropy', 'collect_pretrain_loss', 'render_all', 'drawable', 'main']
+__all__ = ['KIND_COLORS', 'KIND_LABELS', 'PAPER_MARKERS', 'PAPER_MARKER', 'SIZE_COLORS', 'TABLE_GROUPS', 'COMPARISONS',
+           'MAGNITUDE_FACTOR', 'split_control', 'recorded_meta', 'checkpoint_meta', 'study_scores', 'control_scores',
+           'draw_control', 'setup_style', 'save_figure', 'scale_note', 'fig_overview', 'absent', 'fig_mlm_vs_clm',
+           'fig_mask_ratio', 'fig_data_efficiency', 'paper_flops_per_step', 'fig_lr_stability', 'budget_label',
+           'fig_biphasic', 'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest', 'protocol_gaps',
+           'fig_protocol_gap', 'hyperparameter_table', 'results_tables', 'ours_minus_paper', 'difference_range',
+           'direction_verdict', 'directions', 'write_table', 'collect_cpt_loss', 'unigram_entropy',
+           'corpus_unigram_entropy', 'collect_pretrain_loss', 'render_all', 'one_source', 'drawable', 'main']
 
 # %% ../nbs/05_figures.ipynb #30282a31
 def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -41,13 +44,58 @@ def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return results[~is_control], results[is_control]
 
 
-def checkpoint_meta(names) -> pd.DataFrame:
-    """`describe_checkpoint` of each name once, as a table. Its columns are those of any released name, so that no
-    names (a store with no row in the paper's cell: a protocol or precision ablation alone) give an empty table with
-    every column, and the figures then draw the paper's numbers only."""
-    columns = list(describe_checkpoint('610m-clm-42k'))
-    rows = [describe_checkpoint(n) for n in pd.unique(pd.Series(names, dtype=object))]
-    return pd.DataFrame(rows, columns=columns).astype({'intermediate': bool})   # a mask even when empty
+def _released(name: str) -> bool:
+    try: parse_run_name(name); return True
+    except ValueError: return False
+
+
+def recorded_meta(name: str,          # a checkpoint name that is not a released name
+                  rows: pd.DataFrame,  # results rows: those of `name` carry its pretraining record (`pretrain_*`)
+                 ) -> dict | None:
+    """`describe_checkpoint`'s columns for a run of ours named by its config (`tiny-clm0.25-mlm-336-1a2b3c-step-336`),
+    from the pretraining record its fine-tuning rows carry (the checkpoint's `mlmclm.json`), in its own steps: its
+    CLM share is its own (84 of 336 steps: 25%), its budget its own step count. `condition` spells its phases as the
+    released names do, in steps (`clm-84-mlm40-336`). None when the rows carry no record or no known size."""
+    if 'pretrain_phases' not in rows: return None   # a tidy table (.csv) or rows of a checkpoint without a record
+    mine = rows[rows.checkpoint_name.astype(str) == name]
+    mine = mine[mine.pretrain_phases.map(lambda p: isinstance(p, (list, tuple)) and len(p) > 0)]
+    if mine.empty: return None
+    r = mine.iloc[0]
+    size = str(r.get('pretrain_run_id') or '').split('-')[0]
+    if size not in SIZE_ORDER: return None
+    phases = [Phase(**p) for p in r.pretrain_phases]
+    ends = np.cumsum([p.steps for p in phases])
+    total, clm = int(ends[-1]), sum(p.steps for p in phases if p.objective == 'clm')
+    ratios = {p.mask_ratio for p in phases if p.objective == 'mlm'}
+    step = int(r.pretrain_step) if pd.notna(r.get('pretrain_step')) else total
+    cpt = bool(r.get('pretrain_init_from'))
+    kind = 'cpt' if cpt else 'clm' if clm == total else 'mlm' if clm == 0 else 'biphasic'
+    return dict(checkpoint=name, size=size, kind=kind, condition='-'.join(f'{p.label}-{e}' for p, e in zip(phases, ends)),
+                mask_ratio=ratios.pop() if len(ratios) == 1 else float('nan'), clm_steps=clm, budget=total,
+                clm_share=clm / total if not cpt else float('nan'), cpt_from=None, cpt_steps=total if cpt else 0,
+                step=step, intermediate=step < total)
+
+
+def checkpoint_meta(names,                          # checkpoint names
+                    rows: pd.DataFrame | None = None,  # results rows: the pretraining record of names not released
+                   ) -> pd.DataFrame:
+    """`describe_checkpoint` of each name once, as a table, with `units`: 'paper' for a released name (placed by its
+    name, in the paper's steps), 'own' for a run of ours placed by its recorded config (`recorded_meta`), and
+    `label`, the name a figure shows (an own run: its size and phases in its own steps). A name that is neither is
+    an error naming it. Its columns are those of any released name, so that no names (a store with no row in the
+    paper's cell: a protocol or precision ablation alone) give an empty table with every column, and the figures
+    then draw the paper's numbers only."""
+    columns = list(describe_checkpoint('610m-clm-42k')) + ['units', 'label']
+    out = []
+    for n in pd.unique(pd.Series(names, dtype=object)):
+        if _released(n): out.append(dict(describe_checkpoint(n), units='paper', label=n)); continue
+        m = recorded_meta(n, rows) if rows is not None else None
+        if m is None: raise ValueError(f'checkpoint {n!r} is not a released name and its rows carry no pretraining record')
+        out.append(dict(m, units='own', label=f"{m['size']}-{m['condition']}" + (f" @{m['step']}" if m['intermediate'] else '')))
+    meta = pd.DataFrame(out, columns=columns).astype({'intermediate': bool})   # a mask even when empty
+    twins = meta.label.duplicated(keep=False) & meta.units.eq('own')   # two own runs of one config: their own names
+    meta.loc[twins, 'label'] = meta.loc[twins, 'checkpoint']
+    return meta
 
 
 def study_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
@@ -55,7 +103,7 @@ def study_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> p
     fam = family_scores(protocol_cell(paper_rows(split_control(results)[0])), selection)
     fam = fam[fam.family.isin(FAMILIES)].copy()
     for c in ('score', 'ci_low', 'ci_high'): fam[c] = fam[c] * 100
-    return fam.merge(checkpoint_meta(fam.checkpoint), on='checkpoint')
+    return fam.merge(checkpoint_meta(fam.checkpoint, results), on='checkpoint')
 
 # %% ../nbs/05_figures.ipynb #f2c39860
 def control_scores(control: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
@@ -142,8 +190,24 @@ def _yerr(df: pd.DataFrame) -> list:
     return [df.score - lo, hi - df.score]
 
 
+def _drawn(ax, paper: bool = True) -> bool:
+    """Whether a panel shows any data: a line or marker with a finite value, a bar of finite height, or a band;
+    with `paper=False`, any of ours (the paper's markers, labelled 'paper: ...', left aside)."""
+    finite = lambda v: bool(np.isfinite(np.asarray(v, dtype=float)).any()) if len(v) else False
+    if any(finite(l.get_ydata()) for l in ax.lines): return True
+    if any(finite([p.get_height()]) for c in ax.containers if isinstance(c, BarContainer) for p in c): return True
+    shows = lambda c: (len(c.get_offsets()) if isinstance(c, PathCollection) else   # markers; else bands and error bars
+                       any(np.isfinite(p.vertices).all(axis=1).any() for p in c.get_paths()))
+    return any(shows(c) for c in ax.collections if paper or not str(c.get_label()).startswith('paper: '))
+
+
 def _finish(fig, axes, title: str, scale: str, xlabel: str, ylabel: str = 'score (%)'):
     for ax, fam in zip(axes, FAMILIES):
+        if not _drawn(ax):   # nothing of ours or the paper's here: say so, with no axes pretending to a range
+            if not ax.texts: ax.text(0.5, 0.5, f'no model of this figure\nin the store for {fam}', transform=ax.transAxes, ha='center',
+                                     va='center', fontsize=7, color='grey')
+            ax.set_axis_off()
+        elif not _drawn(ax, paper=False) and not ax.texts: _note(ax, "none of the store's models here")
         ax.set_title(fam); ax.set_xlabel(''); ax.set_ylabel('')
         lo, hi = ax.get_ylim()
         if ylabel == 'score (%)': ax.set_ylim(max(lo, 0), min(hi, 100))   # percentages: wide CIs (few seeds) are clipped
@@ -199,23 +263,58 @@ def _ratio_is(df, ratio=0.4): return np.isclose(df.mask_ratio.astype(float), rat
 
 def _mlm_at(df, ratio=0.4): return (df.kind == 'mlm') & _ratio_is(df, ratio)
 
+def _units(df) -> pd.Series:
+    "Each row's step units: 'paper' (a released name; the paper's numbers) or 'own' (a run of ours named by its config)."
+    return df['units'] if 'units' in df else pd.Series('paper', index=df.index)
+
+def _own(df) -> pd.Series: return _units(df).eq('own')
+
+def _full(df) -> pd.Series:
+    "A run's whole budget: the paper's 42k steps, or all of an own run's steps (the paper's 12k/22k are shorter ones)."
+    return (df.budget == FULL_BUDGET) | _own(df)
+
+def _slot(df) -> pd.Series:
+    "Where a model sits on a per-size axis: its size, or an own run's size and budget in its own steps ('tiny\\n336 steps')."
+    return df['size'].where(~_own(df), df['size'] + '\n' + df.budget.astype(str) + ' steps')
+
 def _pure(df, ratio=0.4):
-    "Final CLM and MLM-`ratio` models of the full 42k budget (the 12k/22k ones belong to Figure 6)."
+    "Final CLM and MLM-`ratio` models of the full budget (the paper's 12k/22k ones belong to Figure 6)."
     df = _final(df)
-    return df[((df.kind == 'clm') | _mlm_at(df, ratio)) & (df.budget == FULL_BUDGET)]
+    return df[((df.kind == 'clm') | _mlm_at(df, ratio)) & _full(df)]
+
+
+def absent(scores: pd.DataFrame,  # every family score of the store (`study_scores`)
+           paper: pd.DataFrame,   # the rows of the paper's numbers a panel draws
+           family: str) -> str:
+    """The paper's models of a panel, at the sizes the store holds, that the store lacks: '' when none, else short
+    lines that fit a panel, naming them (at most two, then how many more)."""
+    held = set(scores['size'])   # a store of tiny models lacks no 610m model it meant to hold
+    lack = sorted(set(paper[(paper.family == family) & paper['size'].isin(held)].checkpoint)
+                  - set(scores[scores.family == family].checkpoint))
+    if not lack: return ''
+    return '\n'.join(['not in the store:'] + lack[:2] + ([f'(+{len(lack) - 2} more)'] if len(lack) > 2 else []))
+
+
+def _note(ax, text: str, y: float = 0.03):
+    "Say in the panel what it lacks: small grey text on a white box, over the bands and under the points."
+    if text: ax.text(0.5, y, text, transform=ax.transAxes, ha='center', va='bottom' if y < 0.5 else 'top', fontsize=5.5,
+                     color='dimgrey', zorder=1.8, linespacing=1.1,
+                     bbox=dict(boxstyle='round,pad=0.2', facecolor='white', edgecolor='none', alpha=0.85))
 
 
 def fig_mlm_vs_clm(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     ours = _pure(scores); paper = _pure(ref)
-    ours = ours[ours.budget == ours.budget.max()] if len(ours) else ours
+    ours = ours.assign(slot=_slot(ours)).drop_duplicates(['slot', 'kind', 'family'])   # an own run: its own slot
     paper = paper[paper.budget == FULL_BUDGET]
-    sizes = [s for s in SIZE_ORDER if s in set(ours['size']) | set(paper['size'])]
+    sizes = [s for s in SIZE_ORDER if s in set(ours.slot) | set(paper['size'])] + sorted(set(ours[_own(ours)].slot))
     fig, axes = _facet()
     for ax, fam in zip(axes, FAMILIES):
+        _note(ax, absent(scores, paper, fam), y=0.97)
         for j, kind in enumerate(('mlm', 'clm')):
             pos = np.arange(len(sizes)) + (j - 0.5) * 0.38
-            o = ours[(ours.family == fam) & (ours.kind == kind)].set_index('size').reindex(sizes)
-            ax.bar(pos, o.score, width=0.36, color=KIND_COLORS[kind], label=kind.upper() + (' (40%)' if kind == 'mlm' else ''),
+            o = ours[(ours.family == fam) & (ours.kind == kind)].set_index('slot').reindex(sizes)
+            label = kind.upper() + (' (40%)' if kind == 'mlm' else '') if o.score.notna().any() else '_nolegend_'
+            ax.bar(pos, o.score, width=0.36, color=KIND_COLORS[kind], label=label,
                    yerr=_yerr(o), capsize=2, error_kw=dict(lw=0.8))
             p = paper[(paper.family == fam) & (paper.kind == kind)].set_index('size').reindex(sizes)
             _paper_points(ax, pd.DataFrame(dict(x=pos, score=p.score.values, kind=kind)).dropna(), 'x')
@@ -227,38 +326,57 @@ def fig_mlm_vs_clm(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
 def _mask_ratio_rows(df):
     "Final pure-MLM models of the full budget, every ratio (the 12k/22k MLM-40 models are not 42k points)."
     df = _final(df)
-    return df[(df.kind == 'mlm') & (df.budget == FULL_BUDGET)]
+    return df[(df.kind == 'mlm') & _full(df)]
 
+
+# one colour per model size, ours and the paper's alike (Figure 3 draws several sizes of one kind); own runs after
+SIZE_COLORS = dict(zip(SIZE_ORDER, [sns.color_palette('colorblind', 10)[i] for i in (4, 5, 2, 7)]))   # purple, brown, green, grey
 
 def fig_mask_ratio(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     ours, paper = _mask_ratio_rows(scores), _mask_ratio_rows(ref)
+    ours = ours.assign(size=_slot(ours))   # own runs: a line per size and budget, in their own steps
+    order = [s for s in SIZE_ORDER if s in set(ours['size'])] + sorted(set(ours['size']) - set(SIZE_ORDER))
+    colors = {**dict(zip(order, sns.color_palette('dark', len(order)))), **SIZE_COLORS}
     fig, axes = _facet()
     for ax, fam in zip(axes, FAMILIES):
         o = ours[ours.family == fam]
         if len(o):
-            sns.lineplot(o, x=o.mask_ratio * 100, y='score', hue='size', hue_order=[s for s in SIZE_ORDER if s in set(o['size'])],
-                         marker='o', ax=ax, errorbar=None)
-            for _, g in o.groupby('size'):
+            sns.lineplot(o, x=o.mask_ratio * 100, y='score', hue='size', hue_order=[s for s in order if s in set(o['size'])],
+                         palette=colors, marker='o', ax=ax, errorbar=None)
+            for size, g in o.groupby('size'):
                 g = g.sort_values('mask_ratio')
-                ax.fill_between(g.mask_ratio * 100, *_interval(g), alpha=0.15)
+                ax.fill_between(g.mask_ratio * 100, *_interval(g), color=colors[size], alpha=0.15, lw=0)
         p = paper[paper.family == fam]
-        _paper_points(ax, p.assign(x=p.mask_ratio * 100), 'x')
+        for size in [s for s in SIZE_ORDER if s in set(p['size'])]:   # the paper's sizes told apart, as our lines
+            g = p[p['size'] == size]
+            ax.scatter(g.mask_ratio * 100, g.score, marker=PAPER_MARKERS['mlm'], edgecolors=SIZE_COLORS[size],
+                       label=f'paper: MLM, {size}', **PAPER_MARKER)
+        _note(ax, absent(scores, paper, fam))
     _finish(fig, axes, 'Figure 3: score vs masking ratio (pure MLM)', scale, 'masking ratio (%)')
     return fig
 
 # %% ../nbs/05_figures.ipynb #c2b70123
-def _trajectory(df, ratio=0.4):
+def _trajectory(df, ratio=0.4, units: str | None = None):
+    """CLM and MLM-`ratio` models in one step unit (`units`; None: the paper's, unless only own runs have
+    intermediate checkpoints) of the sizes with intermediate checkpoints, at the largest budget; a store with no
+    intermediate checkpoint gives its final models of the full budget, points at their last step."""
     df = df[(df.kind == 'clm') | ((df.kind == 'mlm') & np.isclose(df.mask_ratio.astype(float), ratio))]
+    u = _units(df)
+    if units is None:
+        inter = u[df.intermediate.astype(bool)]
+        units = 'own' if (inter.eq('own').all() and len(inter)) or (u.eq('own').all() and len(u)) else 'paper'
+    df = df[_units(df) == units]
     has_inter = set(df[df.intermediate.astype(bool)]['size'])
-    df = df[df['size'].isin(has_inter)]
+    df = df[df['size'].isin(has_inter)] if has_inter else df[_full(df) & ~df.intermediate.astype(bool)]
     return df[df.budget == df.budget.max()] if len(df) else df
 
 
 def fig_data_efficiency(scores: pd.DataFrame, ref: pd.DataFrame, scale: str, flops_per_step=None):
     "Score vs step; with `flops_per_step(size, kind)` the x axis is training FLOPs instead."
-    ours, paper = _trajectory(scores), _trajectory(ref)
+    ours, paper = _trajectory(scores, units='paper' if flops_per_step else None), _trajectory(ref)
+    own = bool(_own(ours).any())   # own runs count their own steps: the paper's points do not share the axis
     def x_of(df):
-        if flops_per_step is None: return df.step / 1000
+        if flops_per_step is None: return df.step if own else df.step / 1000
         return df.apply(lambda r: r.step * flops_per_step(r['size'], r.kind), axis=1)
     fig, axes = _facet()
     for ax, fam in zip(axes, FAMILIES):
@@ -272,10 +390,13 @@ def fig_data_efficiency(scores: pd.DataFrame, ref: pd.DataFrame, scale: str, flo
                     ha='center', va='center', fontsize=7, color='dimgrey', zorder=1.8,   # over the bands, under the points
                     bbox=dict(boxstyle='round', facecolor='white', edgecolor='none', alpha=0.85))
         p = paper[paper.family == fam]
-        if flops_per_step is None: _paper_points(ax, p.assign(x=p.step / 1000), 'x')
+        if not own: _note(ax, absent(scores, paper, fam))
+        if flops_per_step is None and not own: _paper_points(ax, p.assign(x=p.step / 1000), 'x')
     if flops_per_step is not None: _log_axes(axes)
     title = 'Figure 4' + (' (appendix): score vs training FLOPs' if flops_per_step else ': score vs pretraining step')
-    _finish(fig, axes, title, scale, 'training FLOPs' if flops_per_step else 'pretraining step (k, paper units)')
+    _finish(fig, axes, title, scale, 'training FLOPs' if flops_per_step else
+            "pretraining step (own units; the paper's points, in its units, not drawn)" if own else
+            'pretraining step (k, paper units)')
     return fig
 
 
@@ -304,8 +425,9 @@ def paper_flops_per_step(size: str,  # a model size of `mlmclm.sizes.MODEL_SIZES
     return PRETRAIN.global_batch * PRETRAIN.seq_len * per_token
 
 # %% ../nbs/05_figures.ipynb #c032b2f5
-def fig_lr_stability(curves: pd.DataFrame, scale: str):
-    meta = checkpoint_meta(curves.checkpoint)
+def fig_lr_stability(curves: pd.DataFrame, scale: str,
+                     rows: pd.DataFrame | None = None):   # results rows: the pretraining record of own runs
+    meta = checkpoint_meta(curves.checkpoint, rows)
     c = _pure(curves.merge(meta, on='checkpoint'))
     fig, axes = _facet()
     for ax, fam in zip(axes, FAMILIES):
@@ -331,24 +453,39 @@ def _fixed_budget_rows(df, size=None):
     if size is None and len(bi):
         counts = bi.drop_duplicates('checkpoint')['size'].value_counts()
         size = max(counts.index, key=lambda s: (counts[s], SIZE_ORDER.index(s) if s in SIZE_ORDER else -1))
-    ends = df[((df.kind == 'clm') | _mlm_at(df)) & df.budget.isin(set(bi[bi['size'] == size].budget))]
+    splits = bi[bi['size'] == size]
+    budgets = set(zip(_units(splits), splits.budget))   # a budget in its units: own steps are not the paper's
+    if not len(bi):   # no split at all: the pure ends the store holds (at 0% and 100%), of the paper's size if held
+        pure = df[(df.kind == 'clm') | _mlm_at(df)]
+        held = [s for s in SIZE_ORDER if s in set(pure['size'])]
+        size = size or ('610m' if '610m' in held else held[-1] if held else None)
+        budgets = set(zip(_units(pure), pure.budget))
+    ends = df[((df.kind == 'clm') | _mlm_at(df)) & pd.Series([k in budgets for k in zip(_units(df), df.budget)], index=df.index, dtype=bool)]
     return pd.concat([bi, ends])[lambda d: d['size'] == size], size
+
+
+def budget_label(units: str, budget: int) -> str:
+    "'42k steps' in the paper's units; an own run's budget in its own steps: '336 steps (own units)'."
+    return f'{budget // 1000}k steps' if units == 'paper' else f'{budget} steps (own units)'
+
 
 
 def fig_biphasic(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     ours, size = _fixed_budget_rows(scores)
     paper, _ = _fixed_budget_rows(ref, size)
     fig, axes = _facet()
-    budgets = sorted(set(ours.budget))
+    budgets = sorted(set(zip(_units(ours), ours.budget)), key=lambda k: (k[0] == 'own', k[1]))
     pal = dict(zip(budgets, sns.color_palette('crest', max(len(budgets), 1))))
     for ax, fam in zip(axes, FAMILIES):
-        for j, b in enumerate(budgets):
-            o = ours[(ours.family == fam) & (ours.budget == b)].sort_values('clm_share')
+        for j, (u, b) in enumerate(budgets):
+            o = ours[(ours.family == fam) & (ours.budget == b) & (_units(ours) == u)].sort_values('clm_share')
             x = o.clm_share * 100 + (j - (len(budgets) - 1) / 2) * 1.5   # budgets side by side at a shared split
-            ax.errorbar(x, o.score, yerr=_yerr(o), fmt='none', ecolor=pal[b], elinewidth=0.9)
-            ax.plot(x, o.score, marker='o', color=pal[b], label=f'{b // 1000}k steps')
+            ax.errorbar(x, o.score, yerr=_yerr(o), fmt='none', ecolor=pal[(u, b)], elinewidth=0.9)
+            ax.plot(x, o.score, marker='o', color=pal[(u, b)], label=budget_label(u, b))
         p = paper[paper.family == fam]
         _paper_points(ax, p.assign(x=p.clm_share * 100), 'x')
+        if not (ours.kind == 'biphasic').any(): _note(ax, 'no CLM-then-MLM-40 split\nin the store', y=0.55)
+        _note(ax, absent(scores, paper, fam))
     _finish(fig, axes, f'Figure 6: score vs CLM share of the budget (CLM then MLM-40, {size or "no split"})', scale,
             'CLM share (%)')
     return fig
@@ -373,6 +510,7 @@ def fig_ratio_after_clm(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
                 ax.plot(o.mask_ratio * 100, o.score, marker='o', color=KIND_COLORS[kind], label=name)
         if not len(after): ax.text(0.5, 0.1, 'no CLM→MLM ratio runs\nat this scale', transform=ax.transAxes,
                                    ha='center', fontsize=7, color='grey')
+        if not ax.lines: ax.set_axis_off()   # nothing of either series: no axes pretending to a 0-1 range
     _finish(fig, axes, 'Figure 7: masking-ratio sensitivity after CLM pretraining', scale, 'masking ratio (%)')
     return fig
 
@@ -409,27 +547,37 @@ def fig_cpt(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
         p = paper[paper.family == fam].dropna(subset=['cpt_from'])
         _paper_points(ax, p.assign(x=p.cpt_steps / 1000, start=p.cpt_from.map(_start_kind)), 'x', 'start',
                       {_start_kind(s): _start_label(s) for s in sorted(set(p.cpt_from))})
+        _note(ax, absent(scores, p, fam))
     _finish(fig, axes, 'Figure 8: continued MLM pretraining from decayed CLM and MLM models', scale, 'CPT steps (k, paper units)')
     return fig
 
 
 def fig_cpt_loss(loss: pd.DataFrame, scale: str):
-    """MLM training loss of the CPT runs against their CPT step in the paper's units, labelled as in Figure 8;
-    `loss` has columns run, start, step, loss (the runs' own steps; a run's last row is its last step)."""
+    """MLM loss of the CPT runs against their CPT step in the paper's units, labelled as in Figure 8: the held-out
+    loss where the runs record one (`heldout_loss`, the fixed held-out rows of `02_pretrain`), else the per-batch
+    training loss, and the axis says which. `loss` has columns run, start, step, loss and optionally heldout_loss
+    (the runs' own steps; a run's last row is its last step)."""
     fig, ax = plt.subplots(figsize=(4.0, 2.6))
+    held = loss is not None and 'heldout_loss' in loss and loss.heldout_loss.notna().any()
     if loss is None or loss.empty:
-        ax.text(0.5, 0.5, 'no pretraining metrics available\n(the authors published fine-tuning results only)',
+        ax.text(0.5, 0.5, 'no CPT loss curves given (`--study` reads them\nfrom a study folder; the authors published\n'
+                'fine-tuning results only)',
                 ha='center', va='center', transform=ax.transAxes, fontsize=8, color='grey')
+        ax.set_axis_off()   # no data: no axes pretending to a 0-1 range
     else:
         length = {run: describe_checkpoint(run)['cpt_steps'] for run in loss.run.unique()}   # paper units
         runs_per_start = loss.groupby('start').run.nunique()
         for run, g in loss.groupby('run'):
             start = g.start.iloc[0]
             label = _start_label(start) + (f', {length[run] // 1000}k steps' if runs_per_start[start] > 1 else '')
-            ax.plot(g.step * length[run] / g.step.max() / 1000, g.loss, color=KIND_COLORS[_start_kind(start)],
+            x = g.step * length[run] / g.step.max() / 1000
+            y = g.heldout_loss if held else g.loss
+            keep = y.notna()
+            ax.plot(x[keep], y[keep], color=KIND_COLORS[_start_kind(start)], marker='o' if held else None, ms=3,
                     alpha=0.4 + 0.6 * length[run] / max(length.values()), label=label)
         ax.legend(fontsize=7, frameon=False)
-    ax.set_xlabel('CPT steps (k, paper units)'); ax.set_ylabel('MLM loss (nats/token)')
+    ax.set_xlabel('CPT steps (k, paper units)')
+    ax.set_ylabel('held-out MLM loss (nats)' if held else 'batch MLM loss (nats)')   # which loss: the axis says
     ax.set_title(f'Figure 9: MLM loss during CPT\n({scale_note(scale)})', fontsize=9)
     fig.tight_layout()
     return fig
@@ -437,32 +585,37 @@ def fig_cpt_loss(loss: pd.DataFrame, scale: str):
 # %% ../nbs/05_figures.ipynb #d100fc4a
 def fig_biphasic_largest(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     df = _final(scores)
-    bi = df[(df.kind == 'biphasic') & np.isclose(df.clm_share.astype(float), 10 / 42, atol=0.03) & (df.budget == FULL_BUDGET)]
+    quarter = lambda d: (d.kind == 'biphasic') & np.isclose(d.clm_share.astype(float), 10 / 42, atol=0.03) & _full(d)
+    bi = df[quarter(df)]
     size = max(set(bi['size']), key=SIZE_ORDER.index) if len(bi) else None
+    if size is None:   # no split of ours: the paper's largest one, with whatever the store holds of that size
+        p_bi = _final(ref)[quarter(_final(ref))]
+        size = max(set(p_bi['size']), key=SIZE_ORDER.index) if len(p_bi) else None
+    units = 'paper' if (_units(bi[bi['size'] == size]) == 'paper').any() or not len(bi) else 'own'
+    mine = df[(df['size'] == size) & (_units(df) == units)]
+    order = ['clm', 'mlm', 'biphasic']
     fig, axes = _facet()
     for ax, fam in zip(axes, FAMILIES):
-        if size is None:
-            ax.text(0.5, 0.5, 'no 25% biphasic run', ha='center', transform=ax.transAxes, fontsize=7, color='grey')
-            continue
-        rows = pd.concat([_pure(df)[_pure(df)['size'] == size], bi[bi['size'] == size]])
-        rows = rows[rows.family == fam]
-        order = ['clm', 'mlm', 'biphasic']
-        rows = rows.set_index('kind').reindex(order)
-        ax.bar(range(3), rows.score, color=[KIND_COLORS[k] for k in order],
-               yerr=_yerr(rows), capsize=2)
+        rows = pd.concat([_pure(mine), mine[quarter(mine)]])
+        rows = rows[rows.family == fam].drop_duplicates('kind')   # two own runs of one kind: the first by name
+        held = rows.set_index('kind').reindex(order)
+        ax.bar(range(3), held.score, color=[KIND_COLORS[k] for k in order], yerr=_yerr(held), capsize=2)
         ax.set_xticks(range(3)); ax.set_xticklabels(['CLM', 'MLM', 'CLM→MLM'], rotation=20)
         p = _final(ref)
         p = p[(p['size'] == size) & (p.family == fam)]
         pos = {k: i for i, k in enumerate(order)}
         p = p[p.kind.isin(order) & (p.budget == FULL_BUDGET) & ((p.kind != 'mlm') | np.isclose(p.mask_ratio.astype(float), 0.4))]
         _paper_points(ax, p.assign(x=p.kind.map(pos)), 'x')
+        lack = [label for k, label in zip(order, ['CLM', 'MLM-40', 'CLM→MLM']) if k not in set(rows.kind)]
+        if lack: _note(ax, f'not in the store ({size}):\n' + ', '.join(lack), y=0.97)
+        if not len(rows) and not len(p): ax.set_axis_off()
     _finish(fig, axes, f'Appendix figure: biphasic (25% CLM) vs pure objectives at {size or "the largest size"}', scale, '')
     return fig
 
 # %% ../nbs/05_figures.ipynb #fa95bac7
-def _gap_rows(per_seed: pd.DataFrame, cell: dict) -> list[dict]:
+def _gap_rows(per_seed: pd.DataFrame, cell: dict, rows: pd.DataFrame | None = None) -> list[dict]:
     "MLM minus CLM (points) per family for each final MLM model paired with the CLM model of its size and budget."
-    meta = checkpoint_meta(per_seed.checkpoint)
+    meta = checkpoint_meta(per_seed.checkpoint, rows)
     df = _final(per_seed.merge(meta, on='checkpoint'))
     rows = []
     for (name, fam), m in df[df.kind == 'mlm'].groupby(['checkpoint', 'family']):
@@ -485,7 +638,7 @@ def protocol_gaps(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> 
     rows = []
     for cell, in_cell in by_cell:
         per_seed = seed_family_scores(in_cell[in_cell.dataset.isin(shared)], selection)
-        if len(per_seed): rows += _gap_rows(per_seed, cell)
+        if len(per_seed): rows += _gap_rows(per_seed, cell, res)
     cols = list(PROTOCOL_AXES) + ['family', 'mlm', 'clm', 'gap', 'ci_low', 'ci_high', 'mlm_score', 'clm_score',
                                   'n_seeds_mlm', 'n_seeds_clm', 'n_datasets']
     return pd.DataFrame(rows, columns=cols)
@@ -518,10 +671,10 @@ def fig_protocol_gap(gaps: pd.DataFrame, scale: str):
     return fig
 
 # %% ../nbs/05_figures.ipynb #ce60aa4e
-def _pure_full_budget(m): return (~m.intermediate) & m.kind.isin(['clm', 'mlm']) & (m.budget == FULL_BUDGET)
+def _pure_full_budget(m): return (~m.intermediate) & m.kind.isin(['clm', 'mlm']) & _full(m)
 
 def _data_efficiency(m):
-    return m.intermediate | (m.kind.isin(['clm', 'mlm']) & m.condition.str.match(r'(clm|mlm40)-42k$')
+    return m.intermediate | (m.kind.isin(['clm', 'mlm']) & (m.condition.str.match(r'(clm|mlm40)-42k$') | _own(m))
                              & m['size'].isin(set(m[m.intermediate]['size'])))
 
 def _fixed_budget(m): return m.checkpoint.isin(set(_fixed_budget_rows(m)[0].checkpoint))
@@ -553,9 +706,11 @@ def _cell(mean, lo, hi):
     return f'{mean:.2f}' if pd.isna(lo) else f'{mean:.2f} ± {(hi - lo) / 2:.2f}'
 
 
-def results_tables(per_dataset: pd.DataFrame, scores: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def results_tables(per_dataset: pd.DataFrame, scores: pd.DataFrame,
+                   rows: pd.DataFrame | None = None,   # results rows: the pretraining record of own runs
+                  ) -> dict[str, pd.DataFrame]:
     "Tables 2–17: name -> table (rows: checkpoints, columns: datasets and the family mean)."
-    meta = checkpoint_meta(per_dataset.checkpoint)
+    meta = checkpoint_meta(per_dataset.checkpoint, rows)
     tables = {}
     for title, first, keep in TABLE_GROUPS:
         chosen = set(meta[keep(meta)].checkpoint)
@@ -587,13 +742,35 @@ COMPARISONS = (('MLM-40 minus CLM', '{size}-mlm40-42k', '{size}-clm-42k'),
                ('CPT from CLM minus CPT from MLM', '{size}-clm-dec42k-mlm40-54k', '{size}-mlm40-dec42k-mlm40-54k'))
 
 
+MAGNITUDE_FACTOR = 3   # a difference "as the paper" is within this factor of the paper's (or holds it in its interval)
+
+
+def difference_range(lo: float, hi: float) -> tuple[float, float]:
+    "A 95% interval of a difference of two percentages, kept to what such a difference can be: [-100, 100]."
+    return (float(np.clip(lo, -100, 100)), float(np.clip(hi, -100, 100))) if not np.isnan(lo) else (lo, hi)
+
+
+def direction_verdict(d: float, lo: float, hi: float,  # our difference (points) and its 95% interval
+                      paper: float,                       # the paper's difference (points; NaN: none)
+                     ) -> str:
+    """How our difference compares with the paper's, sign and size: 'too small to tell' when our interval holds 0;
+    'opposite to the paper' when the signs differ; 'as the paper' when the sign agrees and the size does too (the
+    paper's value inside our interval, or ours within a factor `MAGNITUDE_FACTOR` of it); else the same sign with
+    how many times larger or smaller ours is."""
+    if np.isnan(lo) or lo <= 0 <= hi: return 'too small to tell'
+    if np.isnan(paper): return 'no paper number'
+    if np.sign(d) != np.sign(paper): return 'opposite to the paper'
+    ratio = abs(d) / abs(paper)
+    if lo <= paper <= hi or 1 / MAGNITUDE_FACTOR <= ratio <= MAGNITUDE_FACTOR: return 'as the paper'
+    return f'same sign, {ratio:.0f}x larger' if ratio > 1 else f'same sign, {1 / ratio:.0f}x smaller'
+
+
 def directions(per_seed: pd.DataFrame,   # `seed_family_scores` of our runs (fractions)
                ref: pd.DataFrame,        # the paper's reported family scores (`reported_scores`)
                size: str,                # our model size (the demo: 'tiny')
                paper_size: str = '610m') -> pd.DataFrame:
-    """Per comparison and family: our difference (points) with its 95% Welch interval over seeds, the paper's
-    difference at `paper_size`, and a verdict: 'too small to tell' when our interval holds 0, else whether the
-    sign agrees with the paper's."""
+    """Per comparison and family: our difference (points) with its 95% Welch interval over seeds (within
+    [-100, 100]), the paper's difference at `paper_size`, and `direction_verdict`'s judgement of sign and size."""
     ours = per_seed.assign(score=per_seed.test_score * 100)
     paper = ref.set_index(['checkpoint', 'family']).score
     rows = []
@@ -602,11 +779,10 @@ def directions(per_seed: pd.DataFrame,   # `seed_family_scores` of our runs (fra
             pick = lambda ck: ours[(ours.checkpoint == ck.format(size=size)) & (ours.family == fam)].score
             d, lo, hi = diff_interval(pick(a), pick(b))
             if np.isnan(d): continue
+            lo, hi = difference_range(lo, hi)
             pa, pb = (paper.get((ck.format(size=paper_size), fam), np.nan) for ck in (a, b))
-            verdict = ('too small to tell' if np.isnan(lo) or lo <= 0 <= hi else
-                       'no paper number' if np.isnan(pa - pb) else
-                       'as the paper' if np.sign(d) == np.sign(pa - pb) else 'opposite to the paper')
-            rows.append(dict(comparison=name, family=fam, ours=d, ci_low=lo, ci_high=hi, paper=pa - pb, verdict=verdict))
+            rows.append(dict(comparison=name, family=fam, ours=d, ci_low=lo, ci_high=hi, paper=pa - pb,
+                             verdict=direction_verdict(d, lo, hi, pa - pb)))
     return pd.DataFrame(rows, columns=['comparison', 'family', 'ours', 'ci_low', 'ci_high', 'paper', 'verdict'])
 
 # %% ../nbs/05_figures.ipynb #983b3278
@@ -625,8 +801,9 @@ def collect_cpt_loss(study_dir: str | Path) -> pd.DataFrame:
     for f in sorted(Path(study_dir).glob('*-dec*/metrics.jsonl')):
         run = f.parent.name
         start = describe_checkpoint(run)['cpt_from']
-        rows += [dict(run=run, start=start, step=m['step'], loss=m['loss']) for m in read_jsonl(f)]
-    return pd.DataFrame(rows, columns=['run', 'start', 'step', 'loss'])
+        rows += [dict(run=run, start=start, step=m['step'], loss=m['loss'], heldout_loss=m.get('heldout_loss'))
+                 for m in read_jsonl(f)]
+    return pd.DataFrame(rows, columns=['run', 'start', 'step', 'loss', 'heldout_loss'])
 
 # %% ../nbs/05_figures.ipynb #f4c4b686
 def unigram_entropy(ids: np.ndarray) -> float:
@@ -673,10 +850,13 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
                cpt_loss: pd.DataFrame | None = None,  # Figure 9's curves
                flops_per_step=paper_flops_per_step,  # (size, kind) -> FLOPs per step (Figure 4's appendix variant); None: skip it
                selection: str = DEFAULT_SELECTION,   # LR selection: 'per_seed' (each seed's best) or 'mean' (best seed-mean)
+               source: str | None = None,     # whose rows: 'ours' or 'authors' (None: ours where the store holds any)
               ) -> list[Path]:
     "Every figure (PNG + PDF) and table (Markdown + LaTeX) of the paper into `out_dir`."
     setup_style()
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    demo = scale == 'demo'
+    results, scale = _source_and_scale(results, source, scale)
     results, control = split_control(results)   # the control is a reference line, not an experiment's point
     control = control_scores(control, selection)
     every = paper_rows(results)          # the paper's datasets only (no `qed`)
@@ -690,7 +870,7 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
                'fig2_mlm_vs_clm': fig_mlm_vs_clm(scores, ref, scale),
                'fig3_mask_ratio': fig_mask_ratio(scores, ref, scale),
                'fig4_data_efficiency': fig_data_efficiency(scores, ref, scale),
-               'fig5_lr_stability': fig_lr_stability(curves, scale),
+               'fig5_lr_stability': fig_lr_stability(curves, scale, paper),
                'fig6_biphasic': fig_biphasic(scores, ref, scale),
                'fig7_ratio_after_clm': fig_ratio_after_clm(scores, ref, scale),
                'fig8_cpt': fig_cpt(scores, ref, scale),
@@ -707,10 +887,36 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
     files += _our_tables(paper, scores, ref, control, tables, scale, selection)
     if gaps is not None:
         files += write_table(gaps, tables, 'protocol_gap', f'MLM minus CLM (points) per fine-tuning protocol ({scale_note(scale)})')
-    files += write_table(hyperparameter_table(), tables, 'T01_hyperparameters', 'Table 1: hyperparameters')
-    for name, table in results_tables(per_dataset, scores).items():
+    files += write_table(hyperparameter_table(), tables, 'T01_hyperparameters', _table1_caption(demo, scale))
+    for name, table in results_tables(per_dataset, scores, paper).items():
         files += write_table(table, tables, name, f'Table {int(name[1:3])}: {name[4:].replace("_", " ")} ({scale_note(scale)})')
     return files
+
+
+def one_source(results: pd.DataFrame, source: str | None = None) -> tuple[pd.DataFrame, str, list[str]]:
+    """(the rows of one source, that source, the other sources the store holds): the figures never average our runs
+    with the authors' imported runs of the same model. By default ours where the store holds any, else the one
+    source it holds; a source the store lacks is an error naming those it holds. Rows that name none are ours."""
+    src = results['source'].fillna('ours').astype(str) if 'source' in results else pd.Series('ours', index=results.index)
+    held = sorted(set(src))
+    if source is None: source = 'ours' if 'ours' in held or not held else held[0]
+    if held and source not in held: raise ValueError(f'source={source!r}: the store holds rows of {held} only')
+    return results[src == source], source, [s for s in held if s != source]
+
+
+def _source_and_scale(results: pd.DataFrame, source: str | None, scale: str) -> tuple[pd.DataFrame, str]:
+    "(the rows of one source, the scale text every figure and table carries: it names that source if the store holds another)."
+    results, source, others = one_source(results, source)
+    if not others: return results, scale
+    whose = lambda s: {'ours': 'our', 'authors': "the authors'"}.get(s, f"{s}'s")
+    return results, (f"{scale_note(scale)}; {whose(source)} rows only, the store also holds "
+                     + ', '.join(f'{whose(s)} (--source {s})' for s in others))
+
+
+def _table1_caption(demo: bool, scale: str) -> str:
+    "Table 1 holds the paper's settings; at demo scale its caption says the demo trains with its own."
+    return "Table 1: hyperparameters of the paper's runs (" + (
+        'the demo trains tiny models with its own, smaller settings: nbs/04_study.ipynb)' if demo else scale_note(scale) + ')')
 
 
 def _our_tables(paper, scores, ref, control, tables: Path, scale: str, selection: str) -> list[Path]:
@@ -728,12 +934,12 @@ def _our_tables(paper, scores, ref, control, tables: Path, scale: str, selection
 
 # %% ../nbs/05_figures.ipynb #69343a14
 def drawable(results: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    "(the rows whose checkpoint names the figures can place (the control's included), the names they cannot)."
+    """(the rows whose checkpoints the figures can place (the control's included), the names they cannot): a released
+    name places itself; any other name by the pretraining record its rows carry (`recorded_meta`)."""
     bad = []
     for name in results.checkpoint_name.astype(str).unique():
-        if name == CONTROL: continue
-        try: parse_run_name(name)
-        except ValueError: bad.append(name)
+        if name == CONTROL or _released(name): continue
+        if recorded_meta(name, results) is None: bad.append(name)
     return results[~results.checkpoint_name.astype(str).isin(bad)], sorted(bad)
 
 
@@ -746,8 +952,9 @@ def _read_for_figures(p, path: str) -> pd.DataFrame:
     if missing: p.exit(2, f'error: {path} lacks the columns {missing}; a results table has {RESULT_COLUMNS}\n')
     results, skipped = drawable(results)
     if skipped:
-        print(f"left out {len(skipped)} checkpoint(s) whose names are not released names (e.g. 610m-clm-10k-mlm40-42k), "
-              f"so the figures cannot place them: {', '.join(skipped)}")
+        print(f"left out {len(skipped)} checkpoint(s) whose names are not released names (e.g. 610m-clm-10k-mlm40-42k) and "
+              f"whose rows carry no pretraining record of ours (a checkpoint without mlmclm.json, or a results table "
+              f"without the pretrain_* columns), so the figures cannot place them: {', '.join(skipped)}")
     if results.empty: p.exit(1, f'error: no results to draw in {path}\n')
     return results
 
@@ -760,6 +967,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument('--scale', default='demo', choices=['demo', 'paper', 'authors'])
     p.add_argument('--study', help='study folder to collect CPT loss curves from (writes <out>/cpt_loss.csv; demo scale: also '
                                      '<out>/pretrain_loss.csv, final losses beside the unigram entropy)')
+    p.add_argument('--source', choices=['ours', 'authors'],
+                   help="whose rows to draw when a store holds both (default: ours); the figures say which")
     p.add_argument('--selection', default=DEFAULT_SELECTION, choices=list(SELECTIONS),
                    help="LR selection: 'per_seed' (each seed's best LR on validation; reproduces the paper) or 'mean'")
     args = p.parse_args(argv)
@@ -773,7 +982,10 @@ def main(argv: list[str] | None = None) -> None:
             pl = collect_pretrain_loss(args.study, corpus_unigram_entropy(_study_data(args.study)))
             atomic_write_text(out/'pretrain_loss.csv', pl.to_csv(index=False, float_format='%.4f'))
     loss = pd.read_csv(loss_csv) if loss_csv.is_file() else None
-    files = render_all(results, out, args.scale, cpt_loss=loss, selection=args.selection)
+    try: files = render_all(results, out, args.scale, cpt_loss=loss, selection=args.selection, source=args.source)
+    except ValueError as e:
+        if not str(e).startswith('source='): raise
+        p.exit(2, f'error: {e}\n')
     # the tidy table the figures were drawn from travels with them (sorted, fixed float format: stable diffs)
     table = out/'results.csv'
     if Path(args.results).resolve() != table.resolve():

@@ -1242,17 +1242,23 @@ def command_config(args: list[str]) -> PretrainConfig:
 def main(argv: list[str] | None = None) -> None:
     "`demo`, `run [preset=<name>] key=value ...` or `seal-state FOLDER`."
     argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in ('demo', 'run', 'seal-state') or (argv[0] == 'seal-state' and len(argv) != 2):
+    asked = argv[:1] in (['-h'], ['--help'])   # help asked for: the usage on stdout, exit 0; a wrong call: stderr, 2
+    if asked or not argv or argv[0] not in ('demo', 'run', 'seal-state') or (argv[0] == 'seal-state' and len(argv) != 2):
         print('usage: python -m mlmclm.pretrain demo | run [preset=<released name>] key=value ... | seal-state FOLDER\n\n'
-              + config_help(PretrainConfig))
-        raise SystemExit(2)
-    if argv[0] == 'seal-state':   # a state written before states carried checksums, which you trust
-        try: print(seal_state(argv[1]))
-        except StateError as e: raise SystemExit(f'error: {e}') from None
-        return
-    if argv[0] == 'run':
-        print(pretrain(command_config(argv[1:])))
-        return
+              + config_help(PretrainConfig), file=sys.stdout if asked else sys.stderr)
+        raise SystemExit(0 if asked else 2)
+    try:
+        if argv[0] == 'seal-state':   # a state written before states carried checksums, which you trust
+            print(seal_state(argv[1]))
+            return
+        if argv[0] == 'run':
+            print(pretrain(command_config(argv[1:])))
+            return
+    except StateError as e:    # a state seal-state refuses: rc 1, the reason
+        raise SystemExit(f'error: {e}') from None
+    except ConfigError as e:   # bad settings: the message, not a traceback
+        print(f'error: {e}', file=sys.stderr)
+        raise SystemExit(2) from None
     for schedule in ('mlm', 'clm', 'biphasic'):
         folder = pretrain(command_config([f'schedule={schedule}', f'run_id=demo-pretrain-{schedule}', *argv[1:]]))
         last = read_jsonl(folder/'metrics.jsonl')[-1]

@@ -4,7 +4,7 @@ re-render into every figure and table, byte-stably.
 
 The committed demo's tables are read from `tests/data/demo/` (a copy of `figures/demo/results.csv` and `cpt_loss.csv`),
 never from `figures/demo/`: `bash .ci/demo` rewrites that folder, and the tests must pass before and after it. After
-committing a new demo run, refresh the copy: `cp figures/demo/results.csv figures/demo/cpt_loss.csv tests/data/demo/`
+committing a new demo run, refresh the copy: `cp figures/demo/{results,cpt_loss,pretrain_loss}.csv tests/data/demo/`
 (`test_the_reference_tables_are_the_committed_demo_tables` fails until then)."""
 import json
 import subprocess
@@ -26,7 +26,7 @@ from mlmclm.vocab import BUDGETS, E3_STEPS, FAMILIES, PAPER_DATASETS, RATIOS, SI
 
 DEMO = project_root()/'figures'/'demo'                  # the demo writes here (figures and tables; a rerun rewrites them)
 REFERENCE = Path(__file__).parent/'data'/'demo'          # the committed demo's tables, which no demo run overwrites
-REFERENCE_TABLES = ('results.csv', 'cpt_loss.csv')
+REFERENCE_TABLES = ('results.csv', 'cpt_loss.csv', 'pretrain_loss.csv')   # the README's numbers too (.ci/docs.py)
 CHECKPOINTS = paper_checkpoints(appendix=True)   # the 50 published checkpoints and the appendix's 1B biphasic run
 
 
@@ -359,7 +359,7 @@ def test_the_reference_tables_are_the_committed_demo_tables(name):
     if committed is None: pytest.skip('not a git checkout, or no committed demo table')
     assert (REFERENCE/name).read_bytes() == committed, (
         f'tests/data/demo/{name} differs from the committed figures/demo/{name}: after committing a demo run, '
-        f'`cp figures/demo/results.csv figures/demo/cpt_loss.csv tests/data/demo/` and commit the copy too')
+        f'`cp figures/demo/{{results,cpt_loss,pretrain_loss}}.csv tests/data/demo/` and commit the copy too')
 
 
 def test_no_committed_results_test_reads_what_the_demo_writes():
