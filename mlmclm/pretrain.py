@@ -896,18 +896,17 @@ def pretrain(cfg: PretrainConfig,  # a checked config (`mlmclm.runs.pretrain_con
     return run.folder
 
 # %% ../nbs/02_pretrain.ipynb #d76c6f03
-def _parse_value(text: str):
-    for cast in (int, float):
-        try: return cast(text)
-        except ValueError: pass
-    return {'None': None, 'True': True, 'False': False}.get(text, text)
+def _parse_value(key: str, text: str):
+    "The value of `key=text` (`core.parse_setting`: a name such as run_id=007 stays text; numbers elsewhere)."
+    from mlmclm.core import parse_setting
+    return parse_setting(PretrainConfig, key, text)
 
 
 def command_config(args: list[str]) -> PretrainConfig:
     "The config of `key=value ...` command-line arguments (`preset=<name>` among them, optionally)."
     bad = [a for a in args if '=' not in a]
     if bad: raise ConfigError(f'{bad[0]!r} is not key=value; e.g. schedule=biphasic total_steps=400')
-    values = {k: _parse_value(v) for k, v in (a.split('=', 1) for a in args)}
+    values = {k: _parse_value(k, v) for k, v in (a.split('=', 1) for a in args)}
     return pretrain_config(values.pop('preset', None), **values)
 
 
