@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from .core import (ClaimHeld, ConfigError, append_jsonl, atomic_write_json, atomic_write_text, claim_state,
-                         config_help, pick_device, pick_dtype, read_json, read_jsonl, seed_everything, to_json,
-                         write_run_record)
+                         config_help, parse_setting, pick_device, pick_dtype, read_json, read_jsonl, seed_everything,
+                         to_json, write_run_record)
 from .vocab import AdamW, Phase, parse_schedule, phase_at, switch_steps
 from .runs import PretrainConfig, grad_accum, pretrain_config, pretrain_run
 from .sizes import FLOP_CONVENTION, flops_per_token, memory_estimate, memory_line, model_config
@@ -898,7 +898,6 @@ def pretrain(cfg: PretrainConfig,  # a checked config (`mlmclm.runs.pretrain_con
 # %% ../nbs/02_pretrain.ipynb #d76c6f03
 def _parse_value(key: str, text: str):
     "The value of `key=text` (`core.parse_setting`: a name such as run_id=007 stays text; numbers elsewhere)."
-    from mlmclm.core import parse_setting
     return parse_setting(PretrainConfig, key, text)
 
 
