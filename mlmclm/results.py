@@ -537,7 +537,8 @@ def _scores_problem(e: dict): return None if {'row_id', 'f32_zlib_b64'} <= set(e
 
 def compact(store: str | Path, abandoned_after_s: float | None = None) -> dict:
     "Merge finished writers' shards into `store` (replaced atomically) and remove them; safe while writers run."
-    existing_store(store); store = check_store_path(store); d = shard_dir(store)
+    store = check_store_path(store); d = shard_dir(store)
+    if not (store.exists() or d.is_dir()): return dict(shards=0, rows=0, rejected=0)   # nothing to merge, nothing created
     other = d.with_suffix(SCORES_SUFFIX)
     if shard_dir(other).is_dir():
         raise ConfigError(f'{other} is the per-example scores file of {store} and also a results store of its own (its '
@@ -562,7 +563,7 @@ def compact(store: str | Path, abandoned_after_s: float | None = None) -> dict:
 # %% ../nbs/03a_results.ipynb #6da1fa82
 def store_health(store: str | Path, lease_s: float = LEASE_S) -> dict:
     "What a store holds: rows, runs, duplicates, superseded rows, unreadable lines, shards and claims by state."
-    existing_store(store)
+    _store_suffix(store)
     rows, problems = scan_store(store)
     current = current_rows(rows)
     d = shard_dir(store)
@@ -678,9 +679,9 @@ def _once_per_dataset(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     dup = df[df.duplicated(subset=[*by, 'dataset'], keep=False)]
     if len(dup):
         r = dup.iloc[0]
-        raise ConfigError(f"{r.checkpoint_name} ({r.source}) holds rows of {r.dataset} that differ in "
-                          f"{'/'.join(PER_DATASET)} ({sorted(map(str, dup[dup.dataset == r.dataset].get('max_length', pd.Series(dtype=object)).unique()))}): "
-                          'a family would average them; keep the rows of one (e.g. results[results.max_length == ...])')
+        raise ConfigError(f'{r.checkpoint_name} ({r.source}) holds rows of {r.dataset} that differ only in '
+                          f"{', '.join(PER_DATASET)}: a family table would average them; keep the rows of one first "
+                          '(e.g. results[results.max_length == 512])')
     return df
 
 
@@ -772,6 +773,7 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument('--abandoned-after', type=float, help='also take open shards silent this many seconds')
     args = p.parse_args(argv)
     try:
+        existing_store(args.store)                 # a mistyped path is refused, not reported as an empty store
         if args.command == 'health': print(describe_health(store_health(args.store, args.lease_s)))
         else: print(compact(args.store, args.abandoned_after))
     except (ConfigError, ClaimHeld, OSError) as e: p.exit(2, f'error: {e}\n')

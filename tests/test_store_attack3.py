@@ -167,6 +167,7 @@ def test_health_and_compact_refuse_a_missing_store(tmp_path, capsys, command):
     with pytest.raises(SystemExit) as e: res.main([command, str(typo)])
     assert e.value.code == 2 and f"results store '{typo}' does not exist" in capsys.readouterr().err
     assert not (tmp_path/'typo2').exists()                          # nothing created
+    assert res.compact(typo) == dict(shards=0, rows=0, rejected=0) and not (tmp_path/'typo2').exists()
     with pytest.raises(ConfigError, match='names a CSV table'): res.store_health(tmp_path/'results.csv')
 
 
@@ -272,3 +273,15 @@ def test_shared_files_are_read_only_through_read_shared(module):
             flags = ast.unparse(node.args[1]) if len(node.args) > 1 else ''
             if 'O_RDONLY' in flags and 'O_NONBLOCK' not in flags: found.append(('os.open', node.lineno))
     assert not found, f'{module}.py reads files other than through read_shared: {found}'
+
+
+def test_a_family_never_averages_one_datasets_two_token_limits():
+    "The token limit is a task's own by default, so a family's datasets may differ in it; one dataset's two limits may not."
+    rows = [dict(BASE, dataset=ds, seed=k, val_score=.5, test_score=.5, batch_size=8, max_steps=200, max_length=n)
+            for ds, n in (('sst2', 128), ('mnli', 512)) for k in range(2)]
+    assert res.family_scores(pd.DataFrame(rows)).n_datasets.tolist() == [2]        # two datasets, two limits: one family
+    clash = rows + [dict(BASE, dataset='sst2', seed=k, val_score=.9, test_score=.9, batch_size=8, max_steps=200,
+                         max_length=256) for k in range(2)]
+    assert len(res.aggregate(pd.DataFrame(clash))) == 3                             # per dataset: kept apart
+    for table in (res.family_scores, res.lr_curve):
+        with pytest.raises(ConfigError, match='holds rows of sst2 that differ only in max_length'): table(pd.DataFrame(clash))
