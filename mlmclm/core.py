@@ -126,8 +126,8 @@ def read_shared(path: str | Path,
     limit = SHARED_MAX_BYTES if max_bytes is None else max_bytes
     fd = open_shared(path, limit)
     try:
-        chunks, n = [], 0
-        while chunk := os.read(fd, min(1 << 24, limit + 1 - n)):
+        chunks, n, size = [], 0, os.fstat(fd).st_size    # one read of the whole file where its size is known (not /proc)
+        while chunk := os.read(fd, min(max(size + 1, 1 << 16), limit + 1 - n)):
             chunks.append(chunk); n += len(chunk)
             if n > limit: raise UnreadableFile(path, f'grew past the {limit:,} bytes allowed while read')
         return b''.join(chunks)
