@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import errno
 import hashlib
 import json
 import math
@@ -32,13 +33,15 @@ from typing import Callable
 import numpy as np
 
 # %% auto #0
-__all__ = ['HOST', 'LEASE_S', 'NUMERICS_ENV', 'package_dir', 'project_root', 'assets_dir', 'seed_everything', 'pick_device',
-           'pick_dtype', 'new_file_mode', 'atomic_path', 'atomic_write_text', 'to_json', 'atomic_write_json',
-           'read_json', 'WriteError', 'append_lines', 'append_jsonl', 'jsonl_rows', 'warn_lines', 'read_jsonl',
-           'ClaimHeld', 'this_process', 'slurm_job', 'owner_alive', 'fs_now', 'utc_now', 'claim_state', 'Claim',
+__all__ = ['SHARED_MAX_BYTES', 'HOST', 'LEASE_S', 'CLAIM_MAX_BYTES', 'NUMERICS_ENV', 'package_dir', 'project_root', 'assets_dir',
+           'seed_everything', 'pick_device', 'pick_dtype', 'UnreadableFile', 'open_shared', 'read_shared',
+           'new_file_mode', 'atomic_path', 'atomic_write_text', 'to_json', 'atomic_write_json', 'read_json',
+           'WriteError', 'append_lines', 'append_jsonl', 'jsonl_rows', 'warn_lines', 'read_jsonl', 'ClaimHeld',
+           'this_process', 'slurm_job', 'owner_alive', 'fs_now', 'utc_now', 'claim_bytes', 'claim_state', 'Claim',
            'earlier_run_of_this_job', 'claim_holder', 'try_claim', 'claim', 'ConfigError', 'param', 'check_field',
-           'build_config', 'config_help', 'injected_parameters', 'notebook_config', 'parameters_source', 'git_commit',
-           'cpu_info', 'environment_info', 'config_hash', 'run_dir', 'write_run_record']
+           'build_config', 'parse_setting', 'config_help', 'injected_parameters', 'notebook_config',
+           'parameters_source', 'git_commit', 'cpu_info', 'environment_info', 'config_hash', 'run_dir',
+           'write_run_record']
 
 # %% ../nbs/00_core.ipynb #1a8a82f0
 def package_dir() -> Path:
@@ -85,11 +88,58 @@ def pick_dtype(device: torch.device | str  # where the model runs
     if device.type == 'cuda' and torch.cuda.is_bf16_supported(): return torch.bfloat16
     return torch.float32
 
+# %% ../nbs/00_core.ipynb #d34f39d7
+SHARED_MAX_BYTES = 1 << 32   # 4 GiB: far above any store, record or claim of the study; a larger file is not one of ours
+
+class UnreadableFile(OSError):
+    "A shared file that is not read: not a regular file (a FIFO, a device, a folder) or larger than allowed; `why` says which."
+    def __init__(self, path, why: str):
+        super().__init__(errno.EINVAL, f'{path}: {why}; not read')
+        self.path, self.why = Path(path), why
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, 'a named pipe (FIFO)'), (stat.S_ISDIR, 'a folder'), (stat.S_ISCHR, 'a character device'),
+                       (stat.S_ISBLK, 'a block device'), (stat.S_ISSOCK, 'a socket')):
+        if test(mode): return name
+    return 'not a regular file'
+
+def open_shared(path: str | Path,
+                max_bytes: int | None = None,   # refuse a larger file (None: `SHARED_MAX_BYTES`)
+                create: bool = False,           # create an empty file where there is none
+               ) -> int:
+    """A read-only descriptor of the regular file at `path` (the caller closes it): opened without blocking, so a FIFO
+    never waits for a writer, and checked on the descriptor; `UnreadableFile` for anything else or a file over `max_bytes`."""
+    limit = SHARED_MAX_BYTES if max_bytes is None else max_bytes
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0) | (os.O_CREAT if create else 0)
+    try: fd = os.open(path, flags, 0o666)
+    except IsADirectoryError: raise UnreadableFile(path, 'a folder, not a file') from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode): raise UnreadableFile(path, f'{_kind(st.st_mode)}, not a regular file')
+        if st.st_size > limit: raise UnreadableFile(path, f'{st.st_size:,} bytes, more than the {limit:,} allowed')
+        return fd
+    except BaseException:
+        os.close(fd); raise
+
+def read_shared(path: str | Path,
+                max_bytes: int | None = None,   # refuse a larger file (None: `SHARED_MAX_BYTES`)
+               ) -> bytes:
+    "The bytes of the regular file at `path`, at most `max_bytes` of them; `UnreadableFile` (naming it) for anything else."
+    limit = SHARED_MAX_BYTES if max_bytes is None else max_bytes
+    fd = open_shared(path, limit)
+    try:
+        chunks, n, size = [], 0, os.fstat(fd).st_size    # one read of the whole file where its size is known (not /proc)
+        while chunk := os.read(fd, min(max(size + 1, 1 << 16), limit + 1 - n)):
+            chunks.append(chunk); n += len(chunk)
+            if n > limit: raise UnreadableFile(path, f'grew past the {limit:,} bytes allowed while read')
+        return b''.join(chunks)
+    finally: os.close(fd)
+
 # %% ../nbs/00_core.ipynb #3bd8d38f
 def _umask() -> int:
     "The process umask, read without changing it where Linux allows (`os.umask` sets it process-wide, racing threads)."
     try:
-        for line in Path('/proc/self/status').read_text().splitlines():
+        for line in read_shared('/proc/self/status').decode().splitlines():
             if line.startswith('Umask:'): return int(line.split()[1], 8)
     except (OSError, ValueError): pass
     mask = os.umask(0o022); os.umask(mask)
@@ -140,8 +190,11 @@ def atomic_write_json(path: str | Path, obj) -> Path:
     "Write `obj` as sorted, indented JSON to `path` atomically."
     return atomic_write_text(path, to_json(obj) + '\n')
 
-def read_json(path: str | Path):
-    return json.loads(Path(path).read_text(encoding='utf-8'))
+def read_json(path: str | Path,
+              max_bytes: int | None = None,  # refuse a larger file (default: `SHARED_MAX_BYTES`)
+             ):
+    "The JSON value in the file at `path`, read through `read_shared` (a regular file of bounded size, or an error naming it)."
+    return json.loads(read_shared(path, max_bytes).decode('utf-8'))
 
 # %% ../nbs/00_core.ipynb #b4a68932
 class WriteError(OSError):
@@ -179,8 +232,9 @@ def jsonl_rows(path: str | Path,
               ) -> tuple[list[tuple[int, dict]], list[str]]:
     "(line number, row) for each JSON-object line of `path`, and a 'line N: why' for each other line; a torn last line is neither."
     if data is None:
-        try: data = Path(path).read_bytes()
+        try: data = read_shared(path)
         except FileNotFoundError: return [], []
+        except UnreadableFile as e: return [], [f'the whole file: {e.why}']   # a FIFO, a device, a folder, too large
     *lines, tail = data.split(b'\n')            # `tail`: after the last newline; b'' when the file ends cleanly
     rows, problems = [], []
     for i, raw in enumerate(lines + [tail], 1):
@@ -215,7 +269,7 @@ LEASE_S = 1800.0   # seconds a claim's owner on another host may stay silent bef
 
 def _pid_start(pid: int) -> str | None:
     "When `pid` started (clock ticks since boot, Linux), to tell a process from a later one that reuses its pid."
-    try: return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[19]
+    try: return read_shared(f'/proc/{pid}/stat').decode().rsplit(')', 1)[1].split()[19]
     except (OSError, IndexError): return None
 
 def this_process() -> dict:
@@ -276,23 +330,31 @@ def _create_exclusive(path: Path, text: str) -> bool:
         return True
     finally: tmp.unlink(missing_ok=True)
 
+CLAIM_MAX_BYTES = 1 << 16   # a claim is one short JSON line; anything larger is not one
+
+def claim_bytes(path: str | Path) -> bytes:
+    "The bytes of the claim file at `path`; b'' for one that is not a claim (a FIFO, a folder, too large): unreadable, aged by its mtime."
+    try: return read_shared(path, CLAIM_MAX_BYTES)
+    except UnreadableFile: return b''
+
 def _remove_if_same(path: Path, raw: bytes) -> bool:
     "Remove `path` if it still holds `raw`; if another worker replaced it meanwhile, leave theirs in place."
     aside = path.with_name(f'.{path.name}.{uuid.uuid4().hex}.aside')
     try:
         os.rename(path, aside)
-        same = aside.read_bytes() == raw
+        same = claim_bytes(aside) == raw
         if not same:
             try: os.link(aside, path)              # we moved a fresh claim: give it back, unless a newer one is there
             except FileExistsError: pass
-        aside.unlink()
+        try: aside.unlink()
+        except IsADirectoryError: pass             # a folder planted as a claim: moved out of the way, left aside
         return same
     except FileNotFoundError: return False         # gone already (or the whole claims folder was removed)
 
 def claim_state(path: str | Path, lease_s: float) -> tuple[str, dict | None, bytes]:
     "('free' | 'running' | 'stale', the claim's content, its raw bytes) of the claim file at `path`."
     path = Path(path)
-    try: raw, mtime = path.read_bytes(), os.stat(path).st_mtime
+    try: raw, mtime = claim_bytes(path), os.stat(path).st_mtime
     except FileNotFoundError: return 'free', None, b''
     try: info = json.loads(raw)
     except ValueError: info = None
@@ -316,7 +378,7 @@ class Claim:
     _restore: Callable | None = None       # puts back the SIGTERM handler `release_on_sigterm` replaced
 
     def held(self) -> bool:
-        try: return self.path.read_bytes() == self.raw
+        try: return claim_bytes(self.path) == self.raw
         except FileNotFoundError: return False
 
     def _beat(self):
@@ -415,10 +477,12 @@ def claim(path: str | Path, lease_s: float = LEASE_S, note: str = ''):
 class ConfigError(ValueError):
     "A configuration value or key that is not allowed; the message says which and what is."
 
-def param(default, help: str = '', *, choices=None, low=None, high=None, low_open=False):
+def param(default, help: str = '', *, choices=None, low=None, high=None, low_open=False,
+          name: bool = False,   # a name (folder, file, run, checkpoint): text as written, never a number (see below)
+         ):
     "A dataclass field with help text and the values it allows (`choices`, or a `low`..`high` range)."
     return dataclasses.field(default=default, metadata=dict(help=help, choices=choices, low=low, high=high,
-                                                            low_open=low_open))
+                                                            low_open=low_open, name=name))
 
 def _allowed_types(hint) -> tuple:
     if hint is typing.Any: return (object,)
@@ -428,8 +492,11 @@ def _allowed_types(hint) -> tuple:
     if origin is not None: return (origin,)
     return (hint,)
 
-def _coerce(name, value, hint):
+def _coerce(name, value, hint, is_name: bool = False):
     types = _allowed_types(hint)
+    if is_name and isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ConfigError(f'{name}={value!r} came as a number, but {name} is a name, kept as written: a number turns '
+                          f"'007' into 7 and '1e3' into 1000.0; pass it as text (papermill: -r {name} VALUE; YAML: quote it)")
     if value is None:
         if type(None) in types: return None
         raise ConfigError(f'{name}=None is not allowed; expected {_type_names(types)}')
@@ -471,10 +538,22 @@ def build_config(cls, values: dict | None = None, **overrides):
     hints = typing.get_type_hints(cls)
     checked = {}
     for k, v in values.items():
-        v = _coerce(k, v, hints[k])
+        v = _coerce(k, v, hints[k], fields[k].metadata.get('name', False))
         check_field(k, v, dict(fields[k].metadata))
         checked[k] = v
     return cls(**checked)
+
+def parse_setting(cls, key: str, text: str):
+    """The value of `key=text` on a command line for a field of dataclass `cls`: a name field keeps `text` as written
+    ('None' gives None where allowed); other fields take a whole number, a number, True/False/None, else the text."""
+    field = next((f for f in dataclasses.fields(cls) if f.name == key), None)
+    if field is not None and field.metadata.get('name'):
+        return None if text == 'None' and type(None) in _allowed_types(typing.get_type_hints(cls)[key]) else text
+    for cast in (int, float):
+        try: return cast(text)
+        except (ValueError, OverflowError): pass
+    return {'None': None, 'True': True, 'False': False}.get(text, text)
+
 
 def config_help(cls) -> str:
     "One line per field: name, default, allowed values and help text."
@@ -546,7 +625,7 @@ NUMERICS_ENV = ('OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'ATEN_CPU_CAPABILITY', 'MK
 def cpu_info() -> dict:
     "What a CPU run's floats depend on: the processor, torch's vector kernels, its threads, the variables pinning them."
     import torch
-    try: lines = Path('/proc/cpuinfo').read_text().splitlines()
+    try: lines = read_shared('/proc/cpuinfo').decode().splitlines()
     except OSError: lines = []
     model = next((l.split(':', 1)[1].strip() for l in lines if l.startswith('model name')), platform.processor())
     return dict(model=model, capability=torch.backends.cpu.get_cpu_capability(), threads=torch.get_num_threads(),

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from .core import (LEASE_S, ConfigError, atomic_path, atomic_write_json, config_hash, pick_device, pick_dtype,
                          project_root, read_json, seed_everything, write_run_record)
 from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL_AXES
-from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir
+from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir, sweep_settings
 from .model import (HEADS, Head, TaskModel, Transformer, build_model, check_checkpoint, check_finite_weights,
                           default_backend, layout_of, load, save)
 from .data import load_tokenizer, tokenizer_sha
@@ -836,7 +836,9 @@ def finetune_sweep(cfg: FinetuneConfig,
     results = Path(cfg.results or project_root()/'runs'/'finetune'/'results.jsonl')
     name, ident = recorded_name(cfg), checkpoint_identity(cfg.checkpoint)
     if not force: check_checkpoint_name(current_rows(read_rows(results)), name, ident, results)
-    todo = missing(results, finetune_runs(name, tasks, lrs, seeds, **{a: getattr(cfg, a) for a in PROTOCOL_AXES}), force)
+    # a done run's rows must have run with the settings asked (`runs`: a row's cell), else refused naming the differences
+    todo = missing(results, finetune_runs(name, tasks, lrs, seeds, **{a: getattr(cfg, a) for a in PROTOCOL_AXES}), force,
+                   asked=lambda run: sweep_settings(cfg, TASKS[run.train_task].max_length))
     if not todo: return results
     base, tok = _base_model(cfg)
     meta, data = _sweep_record(cfg, results, name, ident), {}
@@ -850,5 +852,5 @@ def finetune_sweep(cfg: FinetuneConfig,
                 if not mine or not missing(results, [run], force, warn=False): continue
                 train, evals = task(run.train_task), [task(d) for d in run.datasets]
                 rows = finetune_run(train, evals, data, base, tok, run.lr, run.seed, cfg)
-                store.append([dict(meta, lr=run.lr, seed=run.seed, **r) for r in rows], supersedes=force)
+                store.append([{**sweep_settings(cfg), **dict(meta, lr=run.lr, seed=run.seed, **r)} for r in rows], supersedes=force)
     return results

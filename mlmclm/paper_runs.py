@@ -143,9 +143,9 @@ def compare_with_paper(results: pd.DataFrame, reported: pd.DataFrame | None = No
     res = protocol_cell(paper_rows(results))   # the paper's protocol only: an ablation's rows in the store stay out
     cells = reported[['checkpoint', 'family', 'score']].rename(columns={'score': 'paper'})
     for sel in SELECTIONS:
-        fam = family_scores(res, sel)[['checkpoint', 'family', 'score']]
+        fam = family_scores(res, sel)[['checkpoint', 'family', 'score', 'source']]   # a row per source of the store
         fam[f'ours_{sel}'] = fam.pop('score') * 100
-        cells = cells.merge(fam, on=['checkpoint', 'family'], how='left')
+        cells = cells.merge(fam, on=['checkpoint', 'family', *(['source'] if 'source' in cells else [])], how='left')
         cells[f'diff_{sel}'] = cells[f'ours_{sel}'] - cells.paper
     summary = pd.DataFrame([dict(selection=sel + (' (default)' if sel == DEFAULT_SELECTION else ''),
                                  cells=int(cells[f'diff_{sel}'].notna().sum()),

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from .core import (LEASE_S, ClaimHeld, ConfigError, append_jsonl, atomic_write_json, atomic_write_text,
-                         claim_holder, claim_state, config_help, pick_device, pick_dtype, read_json, read_jsonl, seed_everything, to_json,
-                         write_run_record)
+                         claim_holder, claim_state, config_help, parse_setting, pick_device, pick_dtype, read_json,
+                         read_jsonl, seed_everything, to_json, write_run_record)
 from .vocab import AdamW, Phase, parse_schedule, phase_at, switch_steps
 from .runs import PretrainConfig, grad_accum, pretrain_config, pretrain_run
 from .sizes import FLOP_CONVENTION, flops_per_token, memory_estimate, memory_line, model_config
@@ -1224,18 +1224,16 @@ def pretrain(cfg: PretrainConfig,  # a checked config (`mlmclm.runs.pretrain_con
     return run.folder
 
 # %% ../nbs/02_pretrain.ipynb #d76c6f03
-def _parse_value(text: str):
-    for cast in (int, float):
-        try: return cast(text)
-        except ValueError: pass
-    return {'None': None, 'True': True, 'False': False}.get(text, text)
+def _parse_value(key: str, text: str):
+    "The value of `key=text` (`core.parse_setting`: a name such as run_id=007 stays text; numbers elsewhere)."
+    return parse_setting(PretrainConfig, key, text)
 
 
 def command_config(args: list[str]) -> PretrainConfig:
     "The config of `key=value ...` command-line arguments (`preset=<name>` among them, optionally)."
     bad = [a for a in args if '=' not in a]
     if bad: raise ConfigError(f'{bad[0]!r} is not key=value; e.g. schedule=biphasic total_steps=400')
-    values = {k: _parse_value(v) for k, v in (a.split('=', 1) for a in args)}
+    values = {k: _parse_value(k, v) for k, v in (a.split('=', 1) for a in args)}
     return pretrain_config(values.pop('preset', None), **values)
 
 

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import math
 import os
 import re
+import stat
 import time
 import uuid
 import warnings
+import zipfile
 import zlib
 from functools import lru_cache
 from pathlib import Path
@@ -21,18 +24,19 @@ import numpy as np
 import pandas as pd
 
 from .core import (HOST, LEASE_S, ClaimHeld, ConfigError, WriteError, append_lines, atomic_path, atomic_write_text,
-                         claim, claim_state, fs_now, git_commit, jsonl_rows, owner_alive, this_process, to_json,
-                         utc_now, warn_lines)
+                         claim, claim_state, fs_now, git_commit, jsonl_rows, open_shared, owner_alive, read_shared,
+                         this_process, to_json, utc_now, warn_lines)
 from .vocab import PROTOCOL_AXES, check_protocol_axes
-from .runs import FinetuneRun, run_key, shard_dir
+from .runs import CELL, PER_DATASET, FinetuneRun, cell_differences, row_cell, run_key, shard_dir
 
 # %% auto #0
-__all__ = ['RESULT_KEYS', 'RESULT_COLUMNS', 'SELECTIONS', 'DEFAULT_SELECTION', 'FAMILY_SCORE_COLUMNS', 'check_store_path',
-           'row_problem', 'scan_store', 'read_rows', 'current_rows', 'load_results', 'unique_runs', 'tidy_results',
-           'read_results', 'code_version', 'writer_id', 'StoreWriter', 'read_examples', 'checkpoint_identity',
-           'check_checkpoint_name', 'missing', 'shard_state', 'compact', 'store_health', 'describe_health',
-           'protocol_cell', 'protocol_cells', 'counted', 't_interval', 'select_lr', 'aggregate', 'seed_family_scores',
-           'family_scores', 'lr_curve', 'lr_sensitivity', 'diff_interval', 'bootstrap_intervals', 'main']
+__all__ = ['RESULT_KEYS', 'RESULT_COLUMNS', 'SCORES_SUFFIX', 'SELECTIONS', 'DEFAULT_SELECTION', 'FAMILY_SCORE_COLUMNS',
+           'check_store_path', 'existing_store', 'row_problem', 'scan_store', 'read_rows', 'current_rows',
+           'load_results', 'with_cells', 'unique_runs', 'tidy_results', 'read_results', 'code_version', 'writer_id',
+           'StoreWriter', 'read_examples', 'checkpoint_identity', 'check_checkpoint_name', 'missing', 'check_settings',
+           'shard_state', 'compact', 'store_health', 'describe_health', 'protocol_cell', 'protocol_cells', 'counted',
+           't_interval', 'select_lr', 'aggregate', 'seed_family_scores', 'family_scores', 'lr_curve', 'lr_sensitivity',
+           'diff_interval', 'bootstrap_intervals', 'main']
 
 # %% ../nbs/03a_results.ipynb #8be1669b
 RESULT_KEYS = ('checkpoint_name', 'dataset', 'lr', 'seed')
@@ -42,13 +46,34 @@ RESULT_COLUMNS = ['checkpoint_name', 'dataset', 'family', 'lr', 'seed', 'val_sco
 # a row's identity (`run_key`), the protocol axes and the store's folder (`shard_dir`) come from `mlmclm.runs`
 
 
-def check_store_path(store: str | Path) -> Path:
-    """The path of a results store to write to, through any symbolic link (so that a linked store stays one store:
-    its shards beside the file, not beside the link); refused unless it names a JSON-lines file (`.jsonl`)."""
+SCORES_SUFFIX = '.scores.jsonl'   # a store's per-example scores file: `<store stem>.scores.jsonl` beside it
+
+def _store_suffix(store) -> Path:
     p = Path(store)
     if p.suffix != '.jsonl':
         what = 'a CSV table' if p.suffix == '.csv' else f"a '{p.suffix}' file" if p.suffix else 'a path without a suffix'
         raise ConfigError(f'results={str(store)!r} names {what}; a results store is JSON lines: give a path ending in .jsonl')
+    return p
+
+
+def check_store_path(store: str | Path) -> Path:
+    """The path of a results store to write to, through any symbolic link (so that a linked store stays one store:
+    its shards beside the file, not beside the link); refused unless it names a JSON-lines file (`.jsonl`) that is not
+    another store's per-example scores file (`X.scores.jsonl` is that of `X.jsonl`)."""
+    p = _store_suffix(store)
+    if p.name.endswith(SCORES_SUFFIX):
+        raise ConfigError(f'results={str(store)!r} ends in {SCORES_SUFFIX}, the name of the per-example scores file of the '
+                          f'store {p.name[:-len(SCORES_SUFFIX)]}.jsonl beside it: two stores would share one file; give '
+                          f'this store another name (a store of that name written before stays readable with load_results)')
+    return p.resolve()
+
+
+def existing_store(store: str | Path) -> Path:
+    "The path of a results store that exists (its file or its shards' folder), through any link; refused otherwise, named."
+    p = _store_suffix(store)
+    if not (p.exists() or shard_dir(p).is_dir()):
+        raise ConfigError(f'results store {str(store)!r} does not exist (neither the file nor its shards folder '
+                          f'{shard_dir(p)}); check the path')
     return p.resolve()
 
 def _row_files(store) -> list[Path]:
@@ -60,7 +85,7 @@ def _row_files(store) -> list[Path]:
 
 def _score_files(store) -> list[Path]:
     d = shard_dir(store)
-    return [*sorted(d.glob('*.scores.jsonl')), *sorted((d/'compacting').glob('*.scores.jsonl')), d.with_suffix('.scores.jsonl')]
+    return [*sorted(d.glob('*.scores.jsonl')), *sorted((d/'compacting').glob('*.scores.jsonl')), d.with_suffix(SCORES_SUFFIX)]
 
 
 # %% ../nbs/03a_results.ipynb #850ce85c
@@ -170,10 +195,36 @@ def load_results(path: str | Path) -> pd.DataFrame:
     return df
 
 
+def _cell_table(results: pd.DataFrame) -> tuple[np.ndarray, list[dict]]:
+    """(each row's cell number, the cells): `runs.row_cell` of each distinct combination of the cell's columns
+    (tables hold few), so that every aggregation reads a row's cell from that one function."""
+    cols = [c for c in CELL if c in results]
+    if not len(results): return np.zeros(0, dtype=int), []
+    if not cols: return np.zeros(len(results), dtype=int), [row_cell({})]
+    ids = results[cols].groupby(cols, dropna=False, sort=False).ngroup().to_numpy()
+    first = pd.Series(np.arange(len(ids))).groupby(ids).first().to_numpy()
+    return ids, [row_cell({c: results[c].iat[i] for c in cols}) for i in first]
+
+
+def with_cells(results: pd.DataFrame,
+               per_dataset: bool = True,   # False: leave out settings a family's datasets may differ in (`PER_DATASET`)
+              ) -> pd.DataFrame:
+    """`results` with `source` (filled: 'ours' where a row names none) and `cell`: the settings of `runs.CELL` other
+    than the source on which this table's rows differ, e.g. 'max_steps=30 special_tokens=bos_eos' ('' when they all
+    share one). Rows of equal (source, cell) share every setting: the groups of every aggregation."""
+    ids, cells = _cell_table(results)
+    shown = [k for k in CELL if k != 'source' and (per_dataset or k not in PER_DATASET)
+             and len({repr(c[k]) for c in cells}) > 1]
+    out = results.copy()
+    out['source'] = np.array([c['source'] for c in cells] or [''], dtype=object)[ids]
+    out['cell'] = np.array([' '.join(f'{k}={c[k]}' for k in shown) for c in cells] or [''], dtype=object)[ids]
+    return out
+
+
 def unique_runs(results: pd.DataFrame) -> pd.DataFrame:
-    "`results` with each (checkpoint, dataset, lr, seed) once (its first row), whatever table it was built from."
-    keys = list(RESULT_KEYS) + [a for a in PROTOCOL_AXES if a in results]   # protocol cells are different runs
-    return results.drop_duplicates(subset=keys, keep='first')
+    "`results` with each (checkpoint, dataset, lr, seed) of each source and cell once (its first row), whatever table it was built from."
+    labelled = with_cells(results)   # sources, protocol cells and settings apart: different runs
+    return results[~labelled.duplicated(subset=[*RESULT_KEYS, 'source', 'cell'], keep='first')]
 
 
 def tidy_results(results: pd.DataFrame) -> pd.DataFrame:
@@ -183,13 +234,17 @@ def tidy_results(results: pd.DataFrame) -> pd.DataFrame:
     if 'source' not in df: df['source'] = 'ours'
     # a protocol axis some row is off the paper's value on stays a column, or the table would merge protocol cells
     axes = [a for a, v in PROTOCOL_AXES.items() if a in df and df[a].fillna(v[0]).ne(v[0]).any()]
-    cols = RESULT_COLUMNS + axes + (['in_paper'] if 'in_paper' in df else [])
+    # so does every other setting of the cell the rows differ in, as the rows ran it (`runs.row_cell`)
+    ids, cells = _cell_table(df)
+    settings = [k for k in CELL if k not in ('source', *PROTOCOL_AXES) and len({repr(c[k]) for c in cells}) > 1]
+    for k in settings: df[k] = np.array([c[k] for c in cells], dtype=object)[ids]
+    cols = RESULT_COLUMNS + axes + settings + (['in_paper'] if 'in_paper' in df else [])
     return df[cols].sort_values(['checkpoint_name', 'dataset', 'lr', 'seed']).reset_index(drop=True)
 
 
 def read_results(path: str | Path) -> pd.DataFrame:
     "A results store (.jsonl) or a tidy results table (.csv)."
-    return pd.read_csv(path) if str(path).endswith('.csv') else load_results(path)
+    return pd.read_csv(io.BytesIO(read_shared(path))) if str(path).endswith('.csv') else load_results(path)
 
 # %% ../nbs/03a_results.ipynb #366f4560
 @lru_cache(maxsize=None)
@@ -285,6 +340,15 @@ class StoreWriter:
         self.closed = True
 
 # %% ../nbs/03a_results.ipynb #d594b52e
+def _legacy_examples(f: Path) -> dict[str, np.ndarray]:
+    "The arrays of a store's legacy `<store>.examples.npz` (no pickles); an error naming it when it cannot be read."
+    try:
+        with np.load(io.BytesIO(read_shared(f))) as z: return {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise ValueError(f'{f}: the per-example test scores written by an earlier release cannot be read ({e}); '
+                         f'move it aside to read the store without them') from e
+
+
 def read_examples(store: str | Path, split: str = 'test') -> dict[str, np.ndarray]:
     "Run key -> the per-example `split` scores ('val' or 'test') of the row that counts."
     current = current_rows(read_rows(store, warn=False))
@@ -293,7 +357,7 @@ def read_examples(store: str | Path, split: str = 'test') -> dict[str, np.ndarra
         for _, e in jsonl_rows(f)[0]:
             if e.get('split') == split and 'row_id' in e: by_row[e['row_id']] = e
     legacy = Path(f'{Path(store).resolve()}.examples.npz')
-    out = dict(np.load(legacy)) if split == 'test' and legacy.is_file() else {}
+    out = _legacy_examples(legacy) if split == 'test' and legacy.exists() else {}
     for key, row in current.items():
         if row.get('row_id') in by_row: out[key] = _scores_array(by_row[row['row_id']])
     return {k: v for k, v in out.items() if k in current}
@@ -305,13 +369,14 @@ def checkpoint_identity(checkpoint: str) -> str:
     if checkpoint == 'tiny-random' or not folder.is_dir(): return checkpoint if checkpoint == 'tiny-random' else f'hub:{checkpoint}'
     h = hashlib.sha256()
     for name in ('config.json', 'mlmclm.json'):
-        if (folder/name).is_file(): h.update(name.encode() + (folder/name).read_bytes())
+        if (folder/name).exists(): h.update(name.encode() + read_shared(folder/name, 1 << 26))
     for w in sorted([*folder.glob('*.safetensors'), *folder.glob('*.bin')]):
-        size = w.stat().st_size
-        h.update(f'{w.name}:{size}'.encode())
-        with open(w, 'rb') as f:
-            for i in range(16):
-                f.seek(size * i // 16); h.update(f.read(65536))
+        fd = open_shared(w, 1 << 62)                  # weights are sampled, never read whole: no size bound
+        try:
+            size = os.fstat(fd).st_size
+            h.update(f'{w.name}:{size}'.encode())
+            for i in range(16): h.update(os.pread(fd, 65536, size * i // 16))
+        finally: os.close(fd)
     return h.hexdigest()[:16]
 
 
@@ -328,10 +393,30 @@ def missing(store: str | Path,            # the results store
             runs: list[FinetuneRun],      # the runs wanted
             force: str | None = None,     # a deliberate re-run: a run counts as done only with a row of this reason
             warn: bool = True,            # warn about unreadable lines of the store
+            asked: dict | None = None,    # the settings the runs would run with (`runs.sweep_settings`; or run -> dict)
            ) -> list[FinetuneRun]:
-    "The runs of `runs` that lack a row that counts for one of their keys."
+    "The runs of `runs` that lack a row that counts for one of their keys; a done run's rows are checked against `asked`."
     current = current_rows(read_rows(store, warn=warn))
-    return [r for r in runs if any(k not in current or (force and current[k].get('supersedes') != force) for k in r.keys)]
+    todo = [r for r in runs if any(k not in current or (force and current[k].get('supersedes') != force) for k in r.keys)]
+    if asked is not None:
+        waiting = set(map(id, todo))
+        check_settings(current, [r for r in runs if id(r) not in waiting], asked, store)
+    return todo
+
+
+def check_settings(current: dict,   # run key -> the row that counts (`current_rows`)
+                   runs: list[FinetuneRun],  # runs found done
+                   asked,           # the settings asked (`runs.sweep_settings`): a dict, or run -> dict
+                   store) -> None:
+    "Refuse, naming each difference, when a done run's row ran with other settings than `asked` (`runs.cell_differences`)."
+    found = [(k, d) for r in runs for k in r.keys
+             if (d := cell_differences(current[k], asked(r) if callable(asked) else asked))]
+    if not found: return
+    say = lambda d: ', '.join(f'{s} {a!r} (asked {b!r})' for s, (a, b) in d.items())
+    shown = '; '.join(f'{k}: {say(d)}' for k, d in found[:3]) + (f'; and {len(found) - 3} more' if len(found) > 3 else '')
+    raise ConfigError(f'{store} holds {len(found)} row(s) of these runs fine-tuned with other settings, which a sweep '
+                      f'never reuses as rows of the settings asked: {shown}. Give another results store, or re-run them '
+                      f"under the new settings with force='<reason>' (the new rows supersede the old)")
 
 # %% ../nbs/03a_results.ipynb #94168900
 def shard_state(f: Path, abandoned_after_s: float | None = None, now: float | None = None) -> str:
@@ -347,11 +432,17 @@ def shard_state(f: Path, abandoned_after_s: float | None = None, now: float | No
     return 'open'
 
 
+def _regular(f: Path) -> bool:
+    "Whether `f` is (or links to) a regular file."
+    try: return stat.S_ISREG(f.stat().st_mode)
+    except OSError: return False
+
+
 def _take_shards(store: Path, abandoned_after_s: float | None) -> list[Path]:
     "Move the shards that will not grow, with their scores, into `compacting/`; returns the row shards taken."
     d = shard_dir(store); now = fs_now(d)
-    taken = [f for f in _row_files(store)[:-1]     # a symbolic link to nothing is left where it is (readers name it)
-             if f.parent == d and f.exists() and shard_state(f, abandoned_after_s, now) != 'open']
+    taken = [f for f in _row_files(store)[:-1]     # a link to nothing, a FIFO, a device stay where they are (readers name them)
+             if f.parent == d and _regular(f) and shard_state(f, abandoned_after_s, now) != 'open']
     (d/'compacting').mkdir(exist_ok=True)
     for f in taken:
         for g in (f, f.with_suffix('.scores.jsonl')):
@@ -400,13 +491,13 @@ def _appended(fd: int, offset: int) -> bytes:
 def _merge(target: Path, sources: list[Path], is_row, ident, held) -> tuple[int, list[str], bytes]:
     """Rewrite `target` with its rows and those of `sources`, each once (by `ident`), if this compaction still
     `held()` its claim; returns (rows kept, rejected lines, bytes appended to the replaced `target` meanwhile)."""
-    try: fd = os.open(target, os.O_RDONLY | (os.O_CREAT if sources else 0), 0o666)
+    try: fd = open_shared(target, create=bool(sources))
     except FileNotFoundError: return 0, [], b''
     try:
         base = _read_from(fd, 0)                   # read once, through `fd`: later appends to this file are found below
         kept, seen, rejected = [], set(), []
         for f in [target, *sources]:
-            try: data = base if f == target else f.read_bytes()
+            try: data = base if f == target else read_shared(f)
             except FileNotFoundError: continue
             rows, bad = _file_rows(f, data, is_row)
             rejected += bad
@@ -447,6 +538,13 @@ def _scores_problem(e: dict): return None if {'row_id', 'f32_zlib_b64'} <= set(e
 def compact(store: str | Path, abandoned_after_s: float | None = None) -> dict:
     "Merge finished writers' shards into `store` (replaced atomically) and remove them; safe while writers run."
     store = check_store_path(store); d = shard_dir(store)
+    if not (store.exists() or d.is_dir()): return dict(shards=0, rows=0, rejected=0)   # nothing to merge, nothing created
+    other = d.with_suffix(SCORES_SUFFIX)
+    if shard_dir(other).is_dir():
+        raise ConfigError(f'{other} is the per-example scores file of {store} and also a results store of its own (its '
+                          f'shards are in {shard_dir(other)}): compacting either would move the other\'s lines into '
+                          f'rejected-*.txt; rename that store (move {other.name} and {shard_dir(other).name} to another '
+                          f'name) first')
     with claim(d/'claims'/'compact.claim', lease_s=600, note='compact') as held:
         taken = _take_shards(store, abandoned_after_s)
         sources = sorted((d/'compacting').glob('*.jsonl'))
@@ -465,6 +563,7 @@ def compact(store: str | Path, abandoned_after_s: float | None = None) -> dict:
 # %% ../nbs/03a_results.ipynb #6da1fa82
 def store_health(store: str | Path, lease_s: float = LEASE_S) -> dict:
     "What a store holds: rows, runs, duplicates, superseded rows, unreadable lines, shards and claims by state."
+    _store_suffix(store)
     rows, problems = scan_store(store)
     current = current_rows(rows)
     d = shard_dir(store)
@@ -549,8 +648,8 @@ def select_lr(results: pd.DataFrame,
         raise ConfigError(f'the rows hold {len(cells)} fine-tuning protocols ({", ".join(_cell_name(c) for c in cells)}); '
                           'take one first: protocol_cell(results) keeps the paper\'s, protocol_cell(results, precision='
                           "'amp_bf16') another")
-    keys = ['checkpoint_name', 'dataset']
-    df = unique_runs(counted(results)).dropna(subset=['val_score'])   # a run stored twice is one run, not two seeds
+    keys = ['checkpoint_name', 'source', 'cell', 'dataset']   # sources and settings apart (`with_cells`)
+    df = with_cells(unique_runs(counted(results))).dropna(subset=['val_score'])   # a run stored twice is one run, not two seeds
     # sorted, so that a tie in validation goes to the smaller LR whatever order the store holds the rows in
     df = df.sort_values(keys + ['seed', 'lr']).reset_index(drop=True)
     if selection == 'mean':
@@ -561,47 +660,70 @@ def select_lr(results: pd.DataFrame,
 
 
 def aggregate(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
-    "Per (checkpoint, dataset): family, selected LR (`mean` only), test mean, 95% CI and number of seeds (fractions)."
+    "Per (checkpoint, source, cell, dataset): family, selected LR (`mean` only), test mean, 95% CI and number of seeds (fractions)."
     sel = select_lr(results, selection)
     rows = []
-    for (ck, ds), g in sel.groupby(['checkpoint_name', 'dataset']):
+    for (ck, src, cell, ds), g in sel.groupby(['checkpoint_name', 'source', 'cell', 'dataset']):
         m, lo, hi = t_interval(g.test_score)
         rows.append(dict(checkpoint=ck, dataset=ds, family=g.family.iloc[0], best_lr=g.lr.iloc[0] if selection == 'mean' else np.nan,
-                         score=m, ci_low=lo, ci_high=hi, n_seeds=len(g)))
-    return pd.DataFrame(rows, columns=['checkpoint', 'dataset', 'family', 'best_lr', 'score', 'ci_low', 'ci_high', 'n_seeds'])
+                         score=m, ci_low=lo, ci_high=hi, n_seeds=len(g), source=src, cell=cell))
+    return pd.DataFrame(rows, columns=['checkpoint', 'dataset', 'family', 'best_lr', 'score', 'ci_low', 'ci_high', 'n_seeds',
+                                       'source', 'cell'])
+
+
+_FAMILY = ['checkpoint_name', 'source', 'cell', 'family']
+
+def _once_per_dataset(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """`df` (labelled by `with_cells(..., per_dataset=False)`), refused if a dataset shows twice in one group of `by`:
+    its rows then differ only in a per-dataset setting (a token limit asked for some runs, the task's own for others)."""
+    dup = df[df.duplicated(subset=[*by, 'dataset'], keep=False)]
+    if len(dup):
+        r = dup.iloc[0]
+        raise ConfigError(f'{r.checkpoint_name} ({r.source}) holds rows of {r.dataset} that differ only in '
+                          f"{', '.join(PER_DATASET)}: a family table would average them; keep the rows of one first "
+                          '(e.g. results[results.max_length == 512])')
+    return df
+
+
+def _family_selected(results: pd.DataFrame, selection: str) -> pd.DataFrame:
+    "`select_lr`'s rows labelled for family tables: settings that differ between a family's datasets by design left out."
+    return _once_per_dataset(with_cells(select_lr(results, selection), per_dataset=False), [*_FAMILY, 'seed'])
 
 
 def seed_family_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
-    "Per (checkpoint, family, seed): the mean over the family's datasets of the seed's selected test scores."
-    sel = select_lr(results, selection)
-    out = sel.groupby(['checkpoint_name', 'family', 'seed']).agg(test_score=('test_score', 'mean'),
-                                                                  n_datasets=('dataset', 'nunique')).reset_index()
-    return out.rename(columns={'checkpoint_name': 'checkpoint'})
+    "Per (checkpoint, source, cell, family, seed): the mean over the family's datasets of the seed's selected test scores."
+    sel = _family_selected(results, selection)
+    out = sel.groupby([*_FAMILY, 'seed']).agg(test_score=('test_score', 'mean'), n_datasets=('dataset', 'nunique')).reset_index()
+    return out.rename(columns={'checkpoint_name': 'checkpoint'})[
+        ['checkpoint', 'family', 'seed', 'test_score', 'n_datasets', 'source', 'cell']]
 
 
-FAMILY_SCORE_COLUMNS = ['checkpoint', 'family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets']   # `family_scores`' table
+FAMILY_SCORE_COLUMNS = ['checkpoint', 'family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets', 'source', 'cell']
 
 def family_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
-    "Per (checkpoint, family): mean over its datasets, CI over seeds of the per-seed family mean."
-    n_ds = select_lr(results, selection).groupby(['checkpoint_name', 'family']).dataset.nunique()
+    "Per (checkpoint, source, cell, family): mean over its datasets, CI over seeds of the per-seed family mean."
+    n_ds = _family_selected(results, selection).groupby(_FAMILY).dataset.nunique()
     rows = []
-    for (ck, fam), g in seed_family_scores(results, selection).groupby(['checkpoint', 'family']):
+    for (ck, src, cell, fam), g in seed_family_scores(results, selection).groupby(['checkpoint', 'source', 'cell', 'family']):
         m, lo, hi = t_interval(g.test_score)
-        rows.append(dict(checkpoint=ck, family=fam, score=m, ci_low=lo, ci_high=hi, n_seeds=len(g), n_datasets=int(n_ds[(ck, fam)])))
+        rows.append(dict(checkpoint=ck, family=fam, score=m, ci_low=lo, ci_high=hi, n_seeds=len(g),
+                         n_datasets=int(n_ds[(ck, src, cell, fam)]), source=src, cell=cell))
     return pd.DataFrame(rows, columns=FAMILY_SCORE_COLUMNS)
 
 
 def lr_curve(results: pd.DataFrame) -> pd.DataFrame:
-    "Seed-mean test score at each LR, averaged over a family's datasets: (checkpoint, family, lr, score)."
-    per_ds = unique_runs(counted(results)).groupby(['checkpoint_name', 'family', 'dataset', 'lr'], as_index=False).test_score.mean()
-    out = per_ds.groupby(['checkpoint_name', 'family', 'lr'], as_index=False).test_score.mean()
-    return out.rename(columns={'checkpoint_name': 'checkpoint', 'test_score': 'score'})
+    "Seed-mean test score at each LR, averaged over a family's datasets: (checkpoint, family, lr, score, source, cell)."
+    runs = _once_per_dataset(with_cells(unique_runs(counted(results)), per_dataset=False), [*_FAMILY, 'lr', 'seed'])
+    per_ds = runs.groupby([*_FAMILY, 'dataset', 'lr'], as_index=False).test_score.mean()
+    out = per_ds.groupby([*_FAMILY, 'lr'], as_index=False).test_score.mean()
+    return out.rename(columns={'checkpoint_name': 'checkpoint', 'test_score': 'score'})[
+        ['checkpoint', 'family', 'lr', 'score', 'source', 'cell']]
 
 
 def lr_sensitivity(results: pd.DataFrame) -> pd.DataFrame:
     "Mean drop (points) from the best LR's score over the other LRs, per (checkpoint, family); 0 = flat."
     c = lr_curve(results)
-    g = c.groupby(['checkpoint', 'family']).score
+    g = c.groupby(['checkpoint', 'source', 'cell', 'family']).score
     out = (g.max() - g.mean()) * 100 * g.count() / (g.count() - 1).clip(lower=1)
     return out.rename('lr_sensitivity').reset_index()
 
@@ -626,16 +748,17 @@ def bootstrap_intervals(results: pd.DataFrame, examples: dict, selection: str = 
     sel = select_lr(results, selection)
     rng = np.random.default_rng(seed)
     rows = []
-    for (ck, ds), g in sel.groupby(['checkpoint_name', 'dataset']):
+    for (ck, src, cell, ds), g in sel.groupby(['checkpoint_name', 'source', 'cell', 'dataset']):
         arrays = [examples.get(run_key(r)) for _, r in g.iterrows()]
         arrays = [a for a in arrays if a is not None and a.size]
         if not arrays or len({a.size for a in arrays}) != 1:
-            rows.append(dict(checkpoint=ck, dataset=ds, score=g.test_score.mean(), boot_low=np.nan, boot_high=np.nan)); continue
+            rows.append(dict(checkpoint=ck, dataset=ds, score=g.test_score.mean(), boot_low=np.nan, boot_high=np.nan,
+                             source=src, cell=cell)); continue
         m = np.stack(arrays)                                              # (seeds, examples)
         idx = rng.integers(0, m.shape[1], size=(n_boot, m.shape[1]))      # the same resample for every seed
         boots = m[:, idx].mean(axis=2).mean(axis=0)                       # (n_boot,)
         rows.append(dict(checkpoint=ck, dataset=ds, score=float(m.mean()), boot_low=float(np.quantile(boots, 0.025)),
-                         boot_high=float(np.quantile(boots, 0.975))))
+                         boot_high=float(np.quantile(boots, 0.975)), source=src, cell=cell))
     return pd.DataFrame(rows)
 
 # %% ../nbs/03a_results.ipynb #881d8f7f
@@ -650,6 +773,7 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument('--abandoned-after', type=float, help='also take open shards silent this many seconds')
     args = p.parse_args(argv)
     try:
+        existing_store(args.store)                 # a mistyped path is refused, not reported as an empty store
         if args.command == 'health': print(describe_health(store_health(args.store, args.lease_s)))
         else: print(compact(args.store, args.abandoned_after))
     except (ConfigError, ClaimHeld, OSError) as e: p.exit(2, f'error: {e}\n')

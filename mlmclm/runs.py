@@ -20,11 +20,13 @@ from .vocab import (ADAMW, E3_STEPS, FINETUNE, FINETUNE_OPTIONS, PAPER_LRS, PAPE
                           SIZE_ORDER, TRAIN_ON, check_protocol_axes, parse_run_name)
 
 # %% auto #0
-__all__ = ['SEED_MAX', 'LR_MAX', 'BIPHASIC_CLM_FRACTION', 'FSDP_SIZES', 'FINETUNE_PRESETS', 'comma_numbers', 'step_defaults',
-           'PretrainConfig', 'grad_accum', 'default_run_id', 'paper_preset', 'pretrain_preset', 'pretrain_config',
-           'write_paper_configs', 'FinetuneConfig', 'finetune_preset', 'finetune_config', 'finetune_grid', 'run_key',
-           'FinetuneRun', 'finetune_runs', 'claim_status', 'PretrainRun', 'pretrain_run', 'shard_dir',
-           'work_claim_path', 'claim_work']
+__all__ = ['SEED_MAX', 'LR_MAX', 'BIPHASIC_CLM_FRACTION', 'FSDP_SIZES', 'FINETUNE_PRESETS', 'KEYED', 'BUDGET', 'COMPARED',
+           'RESOLVED', 'CELL', 'PER_DATASET', 'NOT_RECORDED', 'OLDER_ROWS', 'AUTHORS_ROWS', 'comma_numbers',
+           'step_defaults', 'PretrainConfig', 'grad_accum', 'default_run_id', 'paper_preset', 'pretrain_preset',
+           'pretrain_config', 'write_paper_configs', 'FinetuneConfig', 'finetune_preset', 'finetune_config',
+           'finetune_grid', 'lr_text', 'run_key', 'FinetuneRun', 'finetune_runs', 'row_cell', 'sweep_settings',
+           'cell_differences', 'claim_status', 'PretrainRun', 'pretrain_run', 'shard_dir', 'work_claim_path',
+           'claim_work']
 
 # %% ../nbs/00b_runs.ipynb #0c930ab7
 SEED_MAX = 2**32 - 1   # numpy's limit; every seed of the study fits (the paper's are 0-4 and 42)
@@ -65,17 +67,17 @@ class PretrainConfig:
     replace_mask: float = param(1.0, 'share of selected tokens replaced by <|mask|>', low=0.0, high=1.0)
     replace_random: float = param(0.0, 'share replaced by a random token', low=0.0, high=1.0)
     replace_keep: float = param(0.0, 'share left unchanged', low=0.0, high=1.0)
-    init_from: str | None = param(None, 'continue from a checkpoint (ours, HF Llama-family, MLMvsCLM/*); weights only')
-    resume_from: str | None = param(None, "full training state to resume from (another run's state folder)")
+    init_from: str | None = param(None, 'continue from a checkpoint (ours, HF Llama-family, MLMvsCLM/*); weights only', name=True)
+    resume_from: str | None = param(None, "full training state to resume from (another run's state folder)", name=True)
     trust_state_from: str | None = param(None, "resume only states owned by you (resuming unpickles them), unless this "
-                                               "names their owner: a comma list of user names or uids, or 'any'")
-    tokenizer: str | None = param(None, "HF tokenizer name/folder; None: the checkpoint's, the embedded one, or Llama-3")
+                                               "names their owner: a comma list of user names or uids, or 'any'", name=True)
+    tokenizer: str | None = param(None, "HF tokenizer name/folder; None: the checkpoint's, the embedded one, or Llama-3", name=True)
     data: str = param('embedded+reviews', "'embedded', 'embedded+reviews', 'fineweb-edu', a folder/file of "
-                                          ".txt/.jsonl, or a token store folder")
-    data_subset: str | None = param(None, f'fineweb-edu subset (None: {PRETRAIN.data_subset}, unique tokens for 54k steps)')
+                                          ".txt/.jsonl, or a token store folder", name=True)
+    data_subset: str | None = param(None, f'fineweb-edu subset (None: {PRETRAIN.data_subset}, unique tokens for 54k steps)', name=True)
     data_offset: int | None = param(None, "first store token read: None continues after init_from's tokens (CPT), else 0; "
                                           "0 replays", low=0)
-    store_dir: str | None = param(None, 'where token stores of sources are built and found (<project>/stores)')
+    store_dir: str | None = param(None, 'where token stores of sources are built and found (<project>/stores)', name=True)
     data_workers: int = param(1, "tokenizing processes when a finite source's store must be built", low=1)
     seq_len: int = param(128, f'tokens per packed row ({PRETRAIN.seq_len} in the paper)', low=8)
     global_batch: int | None = param(None, f'rows per optimizer step, all processes together ({PRETRAIN.global_batch:,} '
@@ -91,8 +93,8 @@ class PretrainConfig:
     adam_eps: float = param(ADAMW.eps, 'AdamW epsilon', low=0.0, low_open=True)
     grad_clip: float = param(ADAMW.grad_clip, 'gradient norm clip (0 disables)', low=0.0)
     seed: int = param(PRETRAIN.seed, 'seed of data order, masking and init', low=0, high=SEED_MAX)
-    run_id: str | None = param(None, 'folder name under out_dir; derived from the config when None')
-    out_dir: str | None = param(None, 'where run folders go; <project>/runs by default')
+    run_id: str | None = param(None, 'folder name under out_dir; derived from the config when None', name=True)
+    out_dir: str | None = param(None, 'where run folders go; <project>/runs by default', name=True)
     checkpoint_steps: str | None = param(None, "comma list of steps to keep checkpoints at (paper: '1000,2000,5000,"
                                                "10000,20000,40000'); None: a quarter and a half of total_steps; '': none")
     save_every: int | None = param(None, 'steps between resumable training-state saves; None: a quarter of total_steps', low=1)
@@ -212,8 +214,8 @@ def _option(name: str, what: str):
 
 @dataclass
 class FinetuneConfig:
-    checkpoint: str = param('tiny-random', "checkpoint folder or hub id; 'tiny-random' builds a fresh tiny model")
-    checkpoint_name: str | None = param(None, 'name recorded in the results (default: derived from the folder)')
+    checkpoint: str = param('tiny-random', "checkpoint folder or hub id; 'tiny-random' builds a fresh tiny model", name=True)
+    checkpoint_name: str | None = param(None, 'name recorded in the results (default: derived from the folder)', name=True)
     tasks: str = param('embedded', "'all', 'embedded', a family, task names, or a comma list")
     lrs: str = param('3e-3', 'comma list of learning rates (paper: 1e-5,2e-5,5e-5,1e-4,2e-4,5e-4)')
     seeds: str = param('0,1,2', 'comma list of seeds (paper: 0,1,2,3,4)')
@@ -226,7 +228,7 @@ class FinetuneConfig:
     micro_batch_tokens: int | None = param(None, 'packed: at most this many tokens per forward pass (None: '
                                                  '`token_budget` of the device)', low=8)
     feature_cache: str | None = param(None, "folder of tokenized tasks that runs and a node's jobs share (None: "
-                                            "$MLMCLM_FEATURE_CACHE, else 'features' beside the results store); 'off': none")
+                                            "$MLMCLM_FEATURE_CACHE, else 'features' beside the results store); 'off': none", name=True)
     select_step: str = _option('select_step', 'which weights are tested')
     eval_every: int = param(50, f"validation interval in steps (select_step='best' only; paper: {FINETUNE.eval_every})", low=1)
     max_eval_examples: int | None = param(None, 'cap on validation/test examples (quick runs)', low=1)
@@ -240,8 +242,8 @@ class FinetuneConfig:
     qa_mode: str = _option('qa_mode', 'question answering head and score')
     ndcg_mode: str = _option('ndcg_mode', 'the retrieval score')
     warmup: str = _option('warmup', 'warmup steps')
-    results: str | None = param(None, 'results store (JSON lines); <project>/runs/finetune/results.jsonl by default')
-    save_retriever: str | None = param(None, 'folder to save trained retrievers as SentenceTransformer models')
+    results: str | None = param(None, 'results store (JSON lines); <project>/runs/finetune/results.jsonl by default', name=True)
+    save_retriever: str | None = param(None, 'folder to save trained retrievers as SentenceTransformer models', name=True)
     device: str | None = param(None, "'cpu', 'cuda', ...; None picks")
     progress: bool = param(True, 'show a progress bar')
 
@@ -270,9 +272,15 @@ def finetune_grid(cfg: FinetuneConfig) -> tuple[list[float], list[int]]:
     return comma_numbers(cfg.lrs, 'lrs'), comma_numbers(cfg.seeds, 'seeds', whole=True)
 
 # %% ../nbs/00b_runs.ipynb #35e4928d
+def lr_text(lr: float) -> str:
+    "A learning rate as a run key spells it: `:g` (every key written before) where that is exact, else the exact `repr`."
+    short = f'{lr:g}'
+    return short if float(short) == lr else repr(float(lr))
+
+
 def run_key(row: dict) -> str:
     "The identity of a result row (or the run values given as a dict): see above."
-    key = f"{row['checkpoint_name']}|{row['dataset']}|{row['lr']:g}|{row['seed']}"
+    key = f"{row['checkpoint_name']}|{row['dataset']}|{lr_text(row['lr'])}|{row['seed']}"
     key += ''.join(f'|{a}={row.get(a)}' for a, vals in PROTOCOL_AXES.items()
                    if isinstance(row.get(a), str) and row.get(a) != vals[0])
     source = row.get('source')
@@ -312,6 +320,61 @@ def finetune_runs(checkpoint_name: str, datasets, lrs, seeds, *, source: str = '
     for d in datasets: trainings.setdefault(TRAIN_ON.get(d, d), []).append(d)
     return [FinetuneRun(checkpoint_name, train, tuple(ds), float(lr), int(seed), source=source, **cell)
             for train, ds in trainings.items() for lr in lrs for seed in seeds]
+
+# %% ../nbs/00b_runs.ipynb #f9b0cfa6
+KEYED = ('source', *PROTOCOL_AXES)   # in the run key (`run_key`): another value is another run
+BUDGET = ('max_steps', 'batch_size', 'max_length', 'packing', 'max_eval_examples')
+COMPARED = (*(o for o in FINETUNE_OPTIONS if o not in PROTOCOL_AXES), *BUDGET)   # checked against a stored row
+RESOLVED = ('precision_used', 'dataset_revision')   # known once the run ran
+CELL = (*KEYED, *COMPARED, *RESOLVED)
+PER_DATASET = ('max_length',)   # a task's own limit when none is asked: a family's datasets may differ in it
+NOT_RECORDED = 'unknown'        # a budget an older row did not record
+
+# what a row that does not record a setting ran with (see above)
+OLDER_ROWS = dict(select_step='best', data_source='canonical', special_tokens='bos_eos', tc_mode='seqeval', qa_mode='squad',
+                  ndcg_mode='standard', warmup='round', packing=False, **{k: NOT_RECORDED for k in BUDGET if k != 'packing'},
+                  precision_used=None, dataset_revision=None)
+AUTHORS_ROWS = {**OLDER_ROWS, **{k: FINETUNE_OPTIONS[k].default for k in COMPARED if k in FINETUNE_OPTIONS}}
+
+
+def _given(v) -> bool:
+    "Whether a row holds a value for a setting (a table's missing cell is NaN or None)."
+    return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def _plain(v):
+    "A setting's value as a row's JSON holds it: numpy scalars as Python's, whole floats as ints (a column with gaps holds 200 as 200.0)."
+    if hasattr(v, 'item') and not isinstance(v, (str, bytes)): v = v.item()
+    return int(v) if isinstance(v, float) and not isinstance(v, bool) and v.is_integer() else v
+
+
+def row_cell(row: dict) -> dict:
+    "Every setting of `row`'s cell (`CELL`): what the row records, else what a row that does not record it ran with."
+    source = row.get('source') if isinstance(row.get('source'), str) else 'ours'
+    older = AUTHORS_ROWS if source == 'authors' else OLDER_ROWS
+    budget_recorded = _given(row.get('batch_size'))   # rows that record the budget record all of it: None is "no cap"
+    cell = {'source': source, **{a: row[a] if isinstance(row.get(a), str) else v[0] for a, v in PROTOCOL_AXES.items()}}
+    for k in (*COMPARED, *RESOLVED):
+        v = row.get(k)
+        cell[k] = _plain(v) if _given(v) else None if budget_recorded and k in BUDGET else older[k]
+    return cell
+
+
+def sweep_settings(cfg: FinetuneConfig,
+                   max_length: int | None = None,   # the token limit of the run's task, used where `cfg` asks for none
+                  ) -> dict:
+    "The compared settings (`COMPARED`) that a sweep of `cfg` runs with, as its rows record them."
+    return {k: (cfg.max_length or max_length) if k == 'max_length' else getattr(cfg, k) for k in COMPARED}
+
+
+def cell_differences(row: dict, asked: dict) -> dict:
+    """{setting: (the row's value, the asked one)} for each setting in `asked` that `row` ran with otherwise; a budget
+    the row did not record (`NOT_RECORDED`) or a resolved setting it does not hold is not compared."""
+    unknown = set(asked) - set(CELL)
+    if unknown: raise ConfigError(f'unknown cell setting(s) {sorted(unknown)}; a cell holds {list(CELL)}')
+    cell = row_cell(row)
+    return {k: (cell[k], _plain(v)) for k, v in asked.items()
+            if cell[k] != NOT_RECORDED and (k not in RESOLVED or _given(row.get(k))) and cell[k] != _plain(v)}
 
 # %% ../nbs/00b_runs.ipynb #b8159215
 def claim_status(path: Path, lease_s: float = LEASE_S) -> str:

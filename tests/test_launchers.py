@@ -177,12 +177,16 @@ def _ablation(kind='protocol'):
 
 def _store_every_run(plan, store):
     "The rows the sweep would write for every run of `plan` (scores made up)."
+    from mlmclm.runs import sweep_settings
+    from mlmclm.tasks import TASKS
     with StoreWriter(store) as w:
         for e, run in study.finetune_jobs(plan):
+            cfg = finetune_config(**study.finetune_params(plan, e, Path(store).parent))   # the settings rows record
             w.append([dict(checkpoint_name=run.checkpoint_name, dataset=d, family='IR' if d != 'sst2' else 'SC',
                            lr=run.lr, seed=run.seed, attention=run.attention, pooling=run.pooling,
                            precision=run.precision, precision_used=run.precision.replace('auto', 'fp32'), source='ours',
-                           val_score=.5, test_score=.5) for d in run.datasets])
+                           val_score=.5, test_score=.5, **sweep_settings(cfg, TASKS[run.train_task].max_length))
+                       for d in run.datasets])
 
 
 class _NoSlurm:
