@@ -30,11 +30,11 @@ from .sizes import ModelConfig, model_config
 # %% auto #0
 __all__ = ['HALF', 'POOLINGS', 'HEADS', 'SUPPORTED_MODEL_TYPES', 'RMSNorm', 'MLP', 'Rotary', 'rotate_half', 'apply_rope',
            'allowed_attention', 'varlen_layout', 'host_layout', 'layout_of', 'reference_varlen', 'varlen_kernel',
-           'attention_kernel', 'default_backend', 'sdpa_inputs', 'Attention', 'Block', 'document_positions', 'unpad',
-           'repad', 'Body', 'Output', 'Transformer', 'build_model', 'mean_pool', 'pool', 'pool_padded', 'real_tokens',
-           'Head', 'TaskModel', 'compile_blocks', 'HostSyncs', 'LlamaForMaskedLM', 'register_with_transformers',
-           'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder', 'check_checkpoint', 'load',
-           'parity_error']
+           'attention_kernel', 'default_backend', 'sdpa_inputs', 'layer_kernel', 'Attention', 'Block',
+           'document_positions', 'unpad', 'repad', 'Body', 'Output', 'Transformer', 'build_model', 'mean_pool', 'pool',
+           'pool_padded', 'real_tokens', 'Head', 'TaskModel', 'compile_blocks', 'HostSyncs', 'LlamaForMaskedLM',
+           'register_with_transformers', 'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder',
+           'check_checkpoint', 'load', 'parity_error']
 
 # %% ../nbs/01_model.ipynb #02bd253c
 class RMSNorm(nn.Module):
@@ -235,8 +235,13 @@ def sdpa_inputs(k, v, n_heads: int, masked: bool) -> tuple:
     return k.repeat_interleave(n_heads // n_kv, dim=1), v.repeat_interleave(n_heads // n_kv, dim=1), False
 
 
+def layer_kernel(device) -> object:
+    "The 'flash' backend's kernel for a layer on `device`: `varlen_kernel()` on CUDA (None when none exists), else `reference_varlen`."
+    return varlen_kernel() if torch.device(device).type == 'cuda' else reference_varlen
+
+
 class Attention(nn.Module):
-    varlen_impl = None   # the 'flash' backend's kernel; None: `varlen_kernel()` (tests plug in `reference_varlen`)
+    varlen_impl = None   # a kernel that replaces the resolved one (tests plug in `reference_varlen` or a stand-in)
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -247,12 +252,19 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=bias)
+        self.kernel = layer_kernel(self.q_proj.weight.device)   # resolved outside compiled code (see above)
+
+    def _apply(self, fn, recurse=True):
+        "`to`, `cuda`, `to_empty`, ...: the kernel follows the weights to their device."
+        out = super()._apply(fn, recurse)
+        self.kernel = layer_kernel(self.q_proj.weight.device)
+        return out
 
     def _flash(self, q, k, v, is_causal, layout):
         "The variable-length kernels; q, k, v: (B, heads, T, D); `layout` of the (already unpadded) rows."
         B, _, T, _ = q.shape
         # on a CPU the GPU kernels do not run: the reference kernel keeps the same path working there
-        kernel = self.varlen_impl or (varlen_kernel() if q.is_cuda else reference_varlen)
+        kernel = self.varlen_impl or self.kernel
         if kernel is None: raise RuntimeError("attn_backend='flash' needs flash-attn or torch.nn.attention.varlen")
         if kernel is not reference_varlen and q.dtype not in HALF:
             raise ConfigError(f"attn_backend='flash' takes fp16 or bf16 inputs, not {q.dtype}: run in bf16 (autocast) "
@@ -363,7 +375,7 @@ class Body(nn.Module):
 # %% ../nbs/01_model.ipynb #0de9f875
 @dataclass
 class Output:
-    logits: torch.Tensor | None = None            # (B, T, vocab), or (n_selected, vocab) with `logits_mask`
+    logits: torch.Tensor | None = None            # (B, T, vocab), or (n_selected, vocab) with `logits_mask`/`logits_index`
     hidden_states: torch.Tensor | None = None     # (B, T, hidden), after the final norm
 
 
@@ -385,13 +397,17 @@ class Transformer(nn.Module):
 
     def forward(self, input_ids, attention_mask=None, is_causal: bool = False, document_ids=None, position_ids=None,
                 logits_mask: torch.Tensor | None = None,  # (B, T) bool: compute logits only there (sparse MLM head)
+                logits_index: torch.Tensor | None = None,  # (n,) long: the same as flat positions of (B*T), no host sync
                 output_hidden_states: bool = False,
                 head: bool = True,   # False: no logits, the hidden states only (a loss that applies the head itself)
                 layout: dict | None = None,   # the batch's `varlen_layout` ('flash'; `layout_of` a collated batch)
                ) -> Output:
         h = self.model(input_ids, attention_mask, is_causal, document_ids, position_ids, layout)   # (B, T, hidden)
         if not head: return Output(hidden_states=h)
-        logits = self.lm_head(h if logits_mask is None else h[logits_mask])        # (B, T, V) or (n, V)
+        at = h                                                                      # (B, T, hidden)
+        if logits_index is not None: at = h.flatten(0, 1).index_select(0, logits_index)   # (n, hidden), a gather
+        elif logits_mask is not None: at = h[logits_mask]                             # (n, hidden), a host sync
+        logits = self.lm_head(at)                                                   # (B, T, V) or (n, V)
         return Output(logits=logits, hidden_states=h if output_hidden_states else None)
 
     def num_parameters(self, lm_head: bool = False) -> int:

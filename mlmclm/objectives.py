@@ -22,8 +22,9 @@ from .sizes import PEAK_FLOPS, block_shape, model_config, peak_flops
 from .model import Block, Rotary, allowed_attention, host_layout, layout_of
 
 # %% auto #0
-__all__ = ['IGNORE', 'MEASURED', 'clm_labels', 'mask_tokens', 'make_batch', 'chunked_cross_entropy', 'lm_loss', 'wsd_schedule',
-           'adamw', 'attention_span', 'device_peak_flops', 'MemoryMeter', 'activation_bytes', 'logit_bytes']
+__all__ = ['IGNORE', 'MEASURED', 'clm_labels', 'mask_tokens', 'make_batch', 'labelled_positions', 'chunked_cross_entropy',
+           'lm_loss', 'wsd_schedule', 'adamw', 'attention_span', 'device_peak_flops', 'MemoryMeter', 'activation_bytes',
+           'logit_bytes']
 
 # %% ../nbs/01b_objectives.ipynb #c69bbade
 IGNORE = -100  # the label of positions that take no loss (PyTorch's and Hugging Face's convention)
@@ -71,7 +72,8 @@ def make_batch(rows: dict,                 # 'input_ids', 'document_ids': (B, T)
                seed: int, first_row: int,  # masking generator seed parts: the run's seed and the batch's first row
               ) -> dict:
     """Inputs, labels and attention mode of one micro-batch under `phase`'s objective, with the documents' layout for
-    the variable-length kernels (`cu_seqlens`, `max_seqlen`; built here, on the CPU, see `01_model`)."""
+    the variable-length kernels (`cu_seqlens`, `max_seqlen`; built here, on the CPU, see `01_model`); MLM also ships
+    `masked_positions` `(n_masked,)`, the flat positions of `(B*T)` that take a loss (found here: no host sync)."""
     ids, docs = rows['input_ids'], rows['document_ids']
     lay = host_layout(None, docs)
     layout = dict(cu_seqlens=lay['cu_seqlens'], max_seqlen=lay['max_len'])
@@ -80,7 +82,14 @@ def make_batch(rows: dict,                 # 'input_ids', 'document_ids': (B, T)
     g = torch.Generator().manual_seed(seed * 1_000_003 + first_row)
     inputs, labels = mask_tokens(ids, phase.mask_ratio, tokenizer_ids['mask_token_id'], tokenizer_ids['vocab_size'],
                                  tokenizer_ids['special_ids'], replace, generator=g)
-    return dict(input_ids=inputs, document_ids=docs, labels=labels, is_causal=False, **layout)
+    return dict(input_ids=inputs, document_ids=docs, labels=labels, is_causal=False, **layout,
+                masked_positions=labelled_positions(labels))
+
+
+def labelled_positions(labels: torch.Tensor,  # (B, T), IGNORE where no loss is taken
+                      ) -> torch.Tensor:       # (n_labelled,) long: flat positions of (B*T), in order
+    "Where `labels` take a loss, as indices (`nonzero`: a host sync when `labels` is on a GPU, none on the CPU)."
+    return (labels.flatten() != IGNORE).nonzero().flatten()
 
 
 def _ce_sum(h, w, y):   # h: (n, hidden), w: (V, hidden), y: (n,)
@@ -111,13 +120,17 @@ def lm_loss(model, batch: dict,
     # CLM labels nearly every position: gathering them would only copy the hidden states, so CLM stays dense
     sparse_head = sparse_head and not batch['is_causal']
     kw = dict(is_causal=batch['is_causal'], document_ids=batch['document_ids'], layout=layout_of(batch))
+    if sparse_head:   # the labelled positions as indices: shipped by `make_batch` (no host sync), else found here
+        at = batch.get('masked_positions')
+        at = labelled_positions(labels) if at is None else at                     # (n_masked,)
+        picked = labels.flatten().index_select(0, at)                             # (n_masked,)
     if ce_chunk:   # through the model's own call (DDP and torch.compile wrap it), then the head chunk by chunk
         h = model(batch['input_ids'], head=False, **kw).hidden_states            # (B, T, hidden)
-        if sparse_head: h, labels = h[sel], labels[sel]                           # (n_masked, hidden), (n_masked,)
+        if sparse_head: h, labels = h.flatten(0, 1).index_select(0, at), picked   # (n_masked, hidden), (n_masked,)
         head = getattr(model, 'module', model).lm_head                            # DDP keeps the model in .module
         return chunked_cross_entropy(h, head.weight, labels, ce_chunk), sel.sum()
-    out = model(batch['input_ids'], logits_mask=sel if sparse_head else None, **kw)
-    if sparse_head: return F.cross_entropy(out.logits.float(), labels[sel]), sel.sum()    # (n_labelled, V)
+    out = model(batch['input_ids'], logits_index=at if sparse_head else None, **kw)
+    if sparse_head: return F.cross_entropy(out.logits.float(), picked), sel.sum()          # (n_labelled, V)
     # dense: ignore_index skips unlabelled positions without copying the (B*T, V) logits
     return F.cross_entropy(out.logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE), sel.sum()
 
