@@ -25,16 +25,17 @@ from transformers import AutoModelForMaskedLM, LlamaConfig, LlamaForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from .core import ConfigError, atomic_path, atomic_write_json, build_config, pick_dtype
-from .sizes import ModelConfig, model_config
+from .vocab import parse_run_name
+from .sizes import MODEL_SIZES, ModelConfig, model_config
 
 # %% auto #0
-__all__ = ['HALF', 'POOLINGS', 'HEADS', 'SUPPORTED_MODEL_TYPES', 'RMSNorm', 'MLP', 'Rotary', 'rotate_half', 'apply_rope',
-           'allowed_attention', 'varlen_layout', 'host_layout', 'layout_of', 'reference_varlen', 'varlen_kernel',
-           'attention_kernel', 'default_backend', 'sdpa_inputs', 'layer_kernel', 'Attention', 'Block',
-           'document_positions', 'unpad', 'repad', 'Body', 'Output', 'Transformer', 'build_model', 'mean_pool', 'pool',
-           'pool_padded', 'real_tokens', 'Head', 'TaskModel', 'compile_blocks', 'HostSyncs', 'LlamaForMaskedLM',
-           'register_with_transformers', 'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder',
-           'check_checkpoint', 'load', 'parity_error']
+__all__ = ['HALF', 'POOLINGS', 'HEADS', 'SUPPORTED_MODEL_TYPES', 'RELEASE_OWNER', 'SHAPE_FIELDS', 'RMSNorm', 'MLP', 'Rotary',
+           'rotate_half', 'apply_rope', 'allowed_attention', 'varlen_layout', 'host_layout', 'layout_of',
+           'reference_varlen', 'varlen_kernel', 'attention_kernel', 'default_backend', 'sdpa_inputs', 'layer_kernel',
+           'Attention', 'Block', 'document_positions', 'unpad', 'repad', 'Body', 'Output', 'Transformer', 'build_model',
+           'mean_pool', 'pool', 'pool_padded', 'real_tokens', 'Head', 'TaskModel', 'compile_blocks', 'HostSyncs',
+           'LlamaForMaskedLM', 'register_with_transformers', 'to_llama_config_dict', 'save', 'config_from_hf',
+           'is_state_folder', 'check_checkpoint', 'release_shape_differences', 'load', 'parity_error']
 
 # %% ../nbs/01_model.ipynb #02bd253c
 class RMSNorm(nn.Module):
@@ -714,6 +715,24 @@ def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+RELEASE_OWNER = 'MLMvsCLM'   # the hub account of the authors' released checkpoints
+SHAPE_FIELDS = ('vocab_size', 'hidden_size', 'num_hidden_layers', 'num_attention_heads', 'num_key_value_heads', 'head_dim',
+                'intermediate_size')
+
+
+def release_shape_differences(name: str,        # a hub id, `MLMvsCLM/<released name>`; anything else is not checked
+                              cfg: ModelConfig,  # the release's config (`config_from_hf` of its config.json)
+                             ) -> dict:          # field -> (released, our preset's); empty when they agree
+    "Where a released checkpoint's shape differs from our preset of the size its name gives (warned of by `load`)."
+    owner, _, run = str(name).partition('/')
+    if owner != RELEASE_OWNER: return {}
+    try: size = parse_run_name(run).size
+    except ValueError: return {}
+    if size not in MODEL_SIZES: return {}
+    ours = model_config(size)
+    return {f: (getattr(cfg, f), getattr(ours, f)) for f in SHAPE_FIELDS if getattr(cfg, f) != getattr(ours, f)}
+
+
 def load(path_or_name: str | Path,       # our checkpoint, a HF Llama-family decoder, or a MLMvsCLM/* release
          attn_backend: str = 'sdpa',     # attention kernel to run with
          dtype: torch.dtype = torch.float32,  # parameter dtype after loading
@@ -725,6 +744,11 @@ def load(path_or_name: str | Path,       # our checkpoint, a HF Llama-family dec
     if is_state_folder(folder): raise _not_a_model('checkpoint', str(path_or_name))
     if not (folder/'config.json').is_file(): raise FileNotFoundError(f'{folder} has no config.json')
     cfg = config_from_hf(json.loads((folder/'config.json').read_text()), attn_backend=attn_backend)
+    if differs := release_shape_differences(str(path_or_name), cfg):   # the release's config.json is the final word
+        warnings.warn(f"{path_or_name}: the released shape differs from our {parse_run_name(str(path_or_name).split('/')[1]).size!r} "
+                      f"preset (mlmclm.sizes.MODEL_SIZES) in " + ', '.join(f'{f} (released {a}, ours {b})' for f, (a, b)
+                      in differs.items()) + '; the release loads as released, our runs train the preset', UserWarning,
+                      stacklevel=2)
     state = _read_safetensors(folder)
     if not any(k.startswith('model.') for k in state):
         state = {(k if k.startswith('lm_head.') else f'model.{k}'): v for k, v in state.items()}

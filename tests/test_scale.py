@@ -111,3 +111,152 @@ def test_a_hand_made_mlm_batch_still_works_with_one_sync():
     model = build_model('tiny', vocab_size=50)
     with HostSyncs() as s: loss, n = lm_loss(model, batch)
     assert s.count == 1 and torch.equal(loss, _boolean_loss(model, batch)) and int(n) == int((batch['labels'] != IGNORE).sum())
+
+
+# --- the paper's 1b shape; a release is compared with our preset -----------------------------------------------------
+
+def test_the_1b_preset_is_the_authors_26_layer_shape_and_the_old_one_is_kept():
+    from mlmclm.sizes import param_counts
+    one, old = model_config('1b'), model_config('1.2b')
+    assert (one.num_hidden_layers, one.hidden_size, one.num_attention_heads, one.num_key_value_heads,
+            one.intermediate_size) == (26, 1728, 18, 6, 4096)
+    assert (old.num_hidden_layers, old.intermediate_size) == (28, 5120)
+    named = lambda s: param_counts(s)['all'] - param_counts(s)['head']     # as 210m (212M) and 610m (608M) are counted
+    assert round(named('1b') / 1e9, 2) == 0.98 and round(named('1.2b') / 1e9, 2) == 1.19
+    with torch.device('meta'): assert build_model('1b').num_parameters() == named('1b')
+
+
+def _hub_release(cache, name: str, cfg=None, model=None) -> None:
+    "A hub cache holding `MLMvsCLM/<name>` as `snapshot_download` leaves it: refs/main and one snapshot."
+    from mlmclm.model import save, to_llama_config_dict
+    repo = cache/f'models--MLMvsCLM--{name}'
+    snap = repo/'snapshots'/('0' * 40)
+    (repo/'refs').mkdir(parents=True); (repo/'refs'/'main').write_text('0' * 40)
+    snap.mkdir(parents=True)
+    if model is not None: save(model, snap)
+    else: (snap/'config.json').write_text(json.dumps(to_llama_config_dict(cfg)))
+
+
+def test_loading_a_release_warns_where_its_shape_differs_from_our_preset(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+    from mlmclm.model import load
+    monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_CACHE', str(tmp_path))
+    monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_OFFLINE', True)
+    _hub_release(tmp_path, '1b-mlm40-42k', cfg=model_config('1.2b'))            # the config alone: the 1b's weights are 4 GB
+    with pytest.warns(UserWarning, match=r"differs from our '1b' preset .* in num_hidden_layers \(released 28, ours 26\), "
+                                         r"intermediate_size \(released 5120, ours 4096\)"):
+        with pytest.raises(FileNotFoundError, match='no \\*.safetensors'): load('MLMvsCLM/1b-mlm40-42k')
+    torch.manual_seed(0)
+    _hub_release(tmp_path, 'tiny-clm-1k', model=build_model('tiny', num_hidden_layers=2))
+    with pytest.warns(UserWarning, match=r"in num_hidden_layers \(released 2, ours 4\);"):
+        assert load('MLMvsCLM/tiny-clm-1k').config.num_hidden_layers == 2
+    _hub_release(tmp_path, 'tiny-mlm40-1k', model=build_model('tiny'))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        load('MLMvsCLM/tiny-mlm40-1k')                                             # the same shape: nothing to say
+
+
+# --- item 12: the smoke judges what it reports (tiny sizes on the CPU) --------------------------------------------------
+
+def _stub_parts(monkeypatch, **results):
+    import mlmclm.bench as bench
+    for name in ('_smoke_bench', '_smoke_pretrain', '_smoke_finetune', '_smoke_agreement', '_smoke_fsdp'):
+        monkeypatch.setattr(bench, name, results.get(name, lambda *a, **k: dict(ok=True)))
+    return bench
+
+
+def test_a_failing_part_keeps_its_traceback(tmp_path, monkeypatch):
+    def broken(*a, **k): raise ValueError('the kernel said no')
+    bench = _stub_parts(monkeypatch, _smoke_agreement=broken)
+    report = bench.smoke('cpu', tmp_path/'s.json')
+    part = json.loads((tmp_path/'s.json').read_text())['parts']['flash_vs_sdpa']
+    assert not report['ok'] and part['error'] == 'ValueError: the kernel said no'
+    assert 'Traceback (most recent call last)' in part['traceback'] and 'in broken' in part['traceback']
+
+
+def test_each_part_starts_after_a_collection(tmp_path, monkeypatch):
+    import weakref
+    class Cycle: pass
+    c = Cycle(); c.me = c; c.big = torch.zeros(1000); alive = weakref.ref(c); del c   # freed only by a cyclic GC
+    seen = []
+    bench = _stub_parts(monkeypatch, _smoke_bench=lambda *a, **k: seen.append(alive() is None) or dict(ok=True))
+    import gc
+    gc.disable()
+    try: bench.smoke('cpu', tmp_path/'s.json')
+    finally: gc.enable()
+    assert seen == [True]
+
+
+def test_graph_breaks_in_compiled_sides_fail_the_benchmark_part(monkeypatch):
+    import mlmclm.bench as bench
+    def fake(size, objective, *a, **k):
+        side = dict(side='ours', tokens_per_s=1.0, ratio=1.0, mfu=None, mfu_doc_lengths=None, peak_gib=None,
+                    compiled_frames=1, recompiles=0, recompile_limit_hits=0, graph_breaks=breaks)
+        return dict(sides=[side], options={}, eager_fallback=False, attention={})
+    monkeypatch.setattr(bench, 'benchmark', fake)
+    breaks = 0; assert bench._smoke_bench(torch.device('cpu'), 'tiny', 2, 32, 1)['ok']
+    breaks = 5; assert not bench._smoke_bench(torch.device('cpu'), 'tiny', 2, 32, 1)['ok']
+
+
+def test_the_pretraining_part_fails_on_a_recompile_and_on_memory_outside_the_band(tmp_path, monkeypatch):
+    import mlmclm.bench as bench
+    dev = torch.device('cpu')
+    good = bench._smoke_pretrain(dev, 'tiny', 2, 32, tmp_path/'a')
+    assert good['ok'] and good['checks'] == dict(steps=True, memory=True, graph_breaks=True, recompiles=True), good
+    assert 0.8 <= good['measured_over_estimate'] <= 1.3 and good['dynamo']['recompiles'] == 0
+    real = bench.pretrain
+    def recompiling(cfg):   # a run during which dynamo compiles a frame again (a guard failed)
+        f = torch.compile(lambda x: x + 1, backend='eager')
+        f(torch.ones(2)); f(torch.ones(2, dtype=torch.long))
+        return real(cfg)
+    class NoMeter:   # dynamo compiles nothing while a dispatch mode (the CPU's `MemoryMeter`) is active
+        peak = 0
+        def __enter__(self): return self
+        def __exit__(self, *exc): return False
+    with monkeypatch.context() as m:
+        m.setattr(bench, 'pretrain', recompiling); m.setattr(bench, 'MemoryMeter', NoMeter)
+        r = bench._smoke_pretrain(dev, 'tiny', 2, 32, tmp_path/'b')
+    assert not r['ok'] and r['checks']['recompiles'] is False and r['dynamo']['recompiles'] >= 1
+    fit = bench.fit_settings
+    monkeypatch.setattr(bench, 'fit_settings', lambda *a, **k: dict(fit(*a, **k), peak_gib=fit(*a, **k)['peak_gib'] * 2))
+    r = bench._smoke_pretrain(dev, 'tiny', 2, 32, tmp_path/'c')        # an estimate twice too high: measured/estimate ~0.6
+    assert not r['ok'] and r['checks']['memory'] is False and r['measured_over_estimate'] < 0.8
+
+
+# --- item 3: compiled blocks keep about half of what eager ones keep ---------------------------------------------------
+
+def _check_compiled(size: str) -> None:
+    from mlmclm.objectives import activation_bytes
+    from mlmclm.sizes import COMPILED_ACTIVATION_BYTES, stored_activation_bytes
+    for kernel in ('sdpa', 'eager', 'flash'):
+        cfg = model_config(size, attn_backend=kernel)
+        for bf16, stored in COMPILED_ACTIVATION_BYTES[(size, kernel)].items():
+            assert activation_bytes(cfg, bf16, compiled=True) == stored == stored_activation_bytes(cfg, bf16, compiled=True), \
+                (size, kernel, bf16)
+            assert stored < (0.65 if bf16 else 0.8) * stored_activation_bytes(cfg, bf16)   # the partitioner's saving
+
+
+def test_compiled_activation_tables_are_measured_tiny():
+    from mlmclm.sizes import COMPILED_ACTIVATION_BYTES, MODEL_SIZES
+    assert set(COMPILED_ACTIVATION_BYTES) == {(s, k) for s in MODEL_SIZES for k in ('sdpa', 'eager', 'flash')}
+    _check_compiled('tiny')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('size', ['210m', '610m', '1b', '1.2b'])
+def test_compiled_activation_tables_are_measured(size):
+    "Two compiled blocks of the paper's widths on the CPU (aot_eager_decomp_partition): about 30-70 s a size."
+    _check_compiled(size)
+
+
+def test_compiled_blocks_change_the_estimate_and_the_sharding_decision():
+    from mlmclm.runs import FSDP_SIZES
+    from mlmclm.sizes import fit_settings, memory_estimate
+    clm = dict(objective='clm', grad_accum=24, bucket_view=True)
+    eager, compiled = (memory_estimate('1b', 'ddp', 8, compiled=c, **clm)['peak_gib'] for c in (False, True))
+    assert 68 < eager < 69.5 and 53 < compiled < 54, (eager, compiled)          # 1b CLM under DDP, 8 GPUs, 80 GB budget 67.2
+    assert memory_estimate('1b', 'ddp', 8, **clm)['compiled']                    # bf16 (a GPU run) compiles, as the trainer
+    assert not memory_estimate('1b', 'ddp', 8, bf16=False, **clm)['compiled']
+    assert fit_settings('1b', **clm)['changed'] == {} and FSDP_SIZES == ()
+    assert fit_settings('1b', compiled=False, **clm)['changed'] == {'ce_chunk': 1024}
