@@ -717,7 +717,6 @@ def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classificati
                        progress: bool = False,         # print each run's seconds per step to stderr as it ends
                       ) -> dict:
     "Seconds per fine-tuning step of the authors' Trainer and of ours, on the same examples; `ratio` = theirs / ours packed."
-    import gc
     if steps <= warmup: raise ConfigError(f'steps={steps} must exceed warmup={warmup}: nothing would be timed')
     dev = pick_device(device); bf16 = dev.type == 'cuda' and torch.cuda.is_bf16_supported()
     backend, max_length = attn_backend or default_backend(dev), TASKS[task].max_length

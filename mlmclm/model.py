@@ -31,11 +31,12 @@ from .sizes import MODEL_SIZES, ModelConfig, model_config
 # %% auto #0
 __all__ = ['HALF', 'POOLINGS', 'HEADS', 'SUPPORTED_MODEL_TYPES', 'RELEASE_OWNER', 'SHAPE_FIELDS', 'RMSNorm', 'MLP', 'Rotary',
            'rotate_half', 'apply_rope', 'allowed_attention', 'varlen_layout', 'host_layout', 'layout_of',
-           'reference_varlen', 'varlen_kernel', 'attention_kernel', 'default_backend', 'sdpa_inputs', 'layer_kernel',
-           'Attention', 'Block', 'document_positions', 'unpad', 'repad', 'Body', 'Output', 'Transformer', 'build_model',
-           'mean_pool', 'pool', 'pool_padded', 'real_tokens', 'Head', 'TaskModel', 'compile_blocks', 'HostSyncs',
-           'LlamaForMaskedLM', 'register_with_transformers', 'to_llama_config_dict', 'save', 'config_from_hf',
-           'is_state_folder', 'check_checkpoint', 'release_shape_differences', 'load', 'parity_error']
+           'reference_varlen', 'torch_varlen_kernel', 'varlen_kernel', 'attention_kernel', 'default_backend',
+           'sdpa_inputs', 'layer_kernel', 'Attention', 'Block', 'document_positions', 'unpad', 'repad', 'Body',
+           'Output', 'Transformer', 'build_model', 'mean_pool', 'pool', 'pool_padded', 'real_tokens', 'Head',
+           'TaskModel', 'compile_blocks', 'HostSyncs', 'LlamaForMaskedLM', 'register_with_transformers',
+           'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder', 'check_checkpoint',
+           'release_shape_differences', 'load', 'parity_error']
 
 # %% ../nbs/01_model.ipynb #02bd253c
 class RMSNorm(nn.Module):
@@ -158,7 +159,7 @@ def reference_varlen(q, k, v, cu_seqlens, max_len, causal):
     return torch.cat(out)                                                                  # (n_tokens, H, D)
 
 
-def _torch_varlen(varlen_attn):
+def torch_varlen_kernel(varlen_attn):
     "PyTorch's varlen kernel in our calling convention; its keywords moved between releases (causality, GQA)."
     params = inspect.signature(varlen_attn).parameters
     def torch_varlen(q, k, v, cu, max_len, causal):
@@ -189,7 +190,7 @@ def _varlen_kernels() -> tuple:
         else: problem = 'flash-attn is not installed'
     try: from torch.nn.attention.varlen import varlen_attn
     except ImportError: return None, None, problem
-    return _torch_varlen(varlen_attn), f'torch.nn.attention.varlen.varlen_attn (torch {torch.__version__})', problem
+    return torch_varlen_kernel(varlen_attn), f'torch.nn.attention.varlen.varlen_attn (torch {torch.__version__})', problem
 
 
 def varlen_kernel():

@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 from .core import ConfigError
 from .vocab import ADAMW, AdamW, Phase
 from .sizes import PEAK_FLOPS, block_shape, model_config, peak_flops
-from .model import Block, Rotary, _torch_varlen, allowed_attention, host_layout, layout_of, reference_varlen
+from .model import Block, Rotary, torch_varlen_kernel, allowed_attention, host_layout, layout_of, reference_varlen
 
 # %% auto #0
 __all__ = ['IGNORE', 'MEASURED', 'clm_labels', 'mask_tokens', 'make_batch', 'labelled_positions', 'chunked_cross_entropy',
@@ -241,7 +241,7 @@ def gpu_varlen_on_cpu():
     from torch.nn.attention.varlen import varlen_attn
     lib = torch.library.Library('torch_attn', 'IMPL')
     lib.impl('_varlen_attn', _cpu_varlen, 'CPU')
-    try: yield _torch_varlen(varlen_attn)
+    try: yield torch_varlen_kernel(varlen_attn)
     finally: lib._destroy()
 
 
