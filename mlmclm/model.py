@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
+try: from torch.fx.experimental.sym_node import DynamicInt   # an int that torch.compile traces as symbolic (torch >= 2.10)
+except ImportError: DynamicInt = None
 
 from transformers import AutoModelForMaskedLM, LlamaConfig, LlamaForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
@@ -32,11 +34,11 @@ from .sizes import MODEL_SIZES, ModelConfig, model_config
 __all__ = ['HALF', 'POOLINGS', 'HEADS', 'SUPPORTED_MODEL_TYPES', 'RELEASE_OWNER', 'SHAPE_FIELDS', 'RMSNorm', 'MLP', 'Rotary',
            'rotate_half', 'apply_rope', 'allowed_attention', 'varlen_layout', 'host_layout', 'layout_of',
            'reference_varlen', 'torch_varlen_kernel', 'varlen_kernel', 'attention_kernel', 'default_backend',
-           'sdpa_inputs', 'layer_kernel', 'Attention', 'Block', 'document_positions', 'unpad', 'repad', 'Body',
-           'Output', 'Transformer', 'build_model', 'mean_pool', 'pool', 'pool_padded', 'real_tokens', 'Head',
-           'TaskModel', 'compile_blocks', 'HostSyncs', 'LlamaForMaskedLM', 'register_with_transformers',
-           'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder', 'check_checkpoint',
-           'release_shape_differences', 'load', 'parity_error']
+           'sdpa_inputs', 'layer_kernel', 'Attention', 'Block', 'document_positions', 'unpad', 'repad',
+           'symbolic_layout', 'Body', 'Output', 'Transformer', 'build_model', 'mean_pool', 'pool', 'pool_padded',
+           'real_tokens', 'Head', 'TaskModel', 'compile_blocks', 'HostSyncs', 'LlamaForMaskedLM',
+           'register_with_transformers', 'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder',
+           'check_checkpoint', 'release_shape_differences', 'load', 'parity_error']
 
 # %% ../nbs/01_model.ipynb #02bd253c
 class RMSNorm(nn.Module):
@@ -333,6 +335,14 @@ def repad(t: torch.Tensor, indices: torch.Tensor, B: int, T: int) -> torch.Tenso
     return t.new_zeros(B * T, *t.shape[2:]).index_copy(0, indices, t[0]).view(B, T, *t.shape[2:])
 
 # %% ../nbs/01_model.ipynb #d2f349ba
+def symbolic_layout(layout: dict) -> dict:
+    """`layout` as compiled blocks should see it: the number of documents and `max_len` symbolic from the first compile.
+    They change with every batch; as constants, each change would recompile the blocks (once for each, until dynamo
+    makes them symbolic itself)."""
+    torch._dynamo.maybe_mark_dynamic(layout['cu_seqlens'], 0)
+    return layout if DynamicInt is None else dict(layout, max_len=DynamicInt(layout['max_len']))
+
+
 class Body(nn.Module):
     "Embedding, blocks and final norm: everything but a head."
     def __init__(self, cfg: ModelConfig):
@@ -361,6 +371,7 @@ class Body(nn.Module):
         allowed, indices = None, None   # who attends to whom, worked out once for all layers
         if self.config.attn_backend == 'flash':
             allowed = layout or varlen_layout(B, T, attention_mask, document_ids, device=input_ids.device)
+            allowed = symbolic_layout(allowed)
             indices = allowed['indices']
             if indices is not None:   # un-pad once: every block sees the real tokens alone, as one row
                 x, cos, sin = (unpad(t.expand(B, T, -1), indices) for t in (x, cos, sin))   # (1, n_tokens, ...)

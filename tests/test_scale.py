@@ -260,3 +260,24 @@ def test_compiled_blocks_change_the_estimate_and_the_sharding_decision():
     assert not memory_estimate('1b', 'ddp', 8, bf16=False, **clm)['compiled']
     assert fit_settings('1b', **clm)['changed'] == {} and FSDP_SIZES == ()
     assert fit_settings('1b', compiled=False, **clm)['changed'] == {'ce_chunk': 1024}
+
+
+def test_batches_with_other_documents_reuse_the_compiled_blocks(torch_varlen_on_cpu):
+    "Before: each new longest-document length and each new document count recompiled the blocks (2 recompiles here)."
+    from torch._dynamo.utils import counters, guard_failures
+    from mlmclm.model import compile_blocks
+    torch._dynamo.reset()
+    model = build_model('tiny', attn_backend='flash')
+    for block in model.model.layers: block.self_attn.varlen_impl = torch_varlen_on_cpu
+    compile_blocks(model, backend='eager')
+    info = dict(mask_token_id=2, vocab_size=8192, special_ids=[0, 1, 2])
+    seen = []
+    for docs in ([0] * 10 + [1] * 22, [0] * 20 + [1] * 12, [0] * 5 + [1] * 7 + [2] * 20, [0] * 32):
+        rows = dict(input_ids=torch.randint(3, 8192, (2, 32)), document_ids=torch.tensor([docs] * 2))
+        b = make_batch(rows, Phase('mlm', 1, 0.4), info, (1.0, 0.0, 0.0), seed=0, first_row=0)
+        seen.append((b['max_seqlen'], len(b['cu_seqlens'])))
+        with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16): lm_loss(model, b)   # forward: the op has no CPU backward
+    assert len(set(seen)) == 4                                                   # every batch laid out differently
+    recompiles, breaks = sum(map(len, guard_failures.values())), sum(counters['graph_break'].values())
+    torch._dynamo.reset()
+    assert (recompiles, breaks) == (0, 0), (recompiles, breaks)
