@@ -20,21 +20,25 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
+try: from torch.fx.experimental.sym_node import DynamicInt   # an int that torch.compile traces as symbolic (torch >= 2.10)
+except ImportError: DynamicInt = None
 
 from transformers import AutoModelForMaskedLM, LlamaConfig, LlamaForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from .core import ConfigError, atomic_path, atomic_write_json, build_config, pick_dtype
-from .sizes import ModelConfig, model_config
+from .vocab import parse_run_name
+from .sizes import MODEL_SIZES, ModelConfig, model_config
 
 # %% auto #0
-__all__ = ['HALF', 'POOLINGS', 'HEADS', 'SUPPORTED_MODEL_TYPES', 'RMSNorm', 'MLP', 'Rotary', 'rotate_half', 'apply_rope',
-           'allowed_attention', 'varlen_layout', 'host_layout', 'layout_of', 'reference_varlen', 'varlen_kernel',
-           'attention_kernel', 'default_backend', 'sdpa_inputs', 'Attention', 'Block', 'document_positions', 'unpad',
-           'repad', 'Body', 'Output', 'Transformer', 'build_model', 'mean_pool', 'pool', 'pool_padded', 'real_tokens',
-           'Head', 'TaskModel', 'compile_blocks', 'HostSyncs', 'LlamaForMaskedLM', 'register_with_transformers',
-           'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder', 'check_checkpoint',
-           'check_finite_weights', 'load', 'parity_error']
+__all__ = ['HALF', 'POOLINGS', 'HEADS', 'SUPPORTED_MODEL_TYPES', 'RELEASE_OWNER', 'SHAPE_FIELDS', 'RMSNorm', 'MLP', 'Rotary',
+           'rotate_half', 'apply_rope', 'allowed_attention', 'varlen_layout', 'host_layout', 'layout_of',
+           'reference_varlen', 'torch_varlen_kernel', 'varlen_kernel', 'attention_kernel', 'default_backend',
+           'sdpa_inputs', 'layer_kernel', 'Attention', 'Block', 'document_positions', 'unpad', 'repad',
+           'symbolic_layout', 'Body', 'Output', 'Transformer', 'build_model', 'mean_pool', 'pool', 'pool_padded',
+           'real_tokens', 'Head', 'TaskModel', 'compile_blocks', 'HostSyncs', 'LlamaForMaskedLM',
+           'register_with_transformers', 'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder',
+           'check_checkpoint', 'check_finite_weights', 'release_shape_differences', 'load', 'parity_error']
 
 # %% ../nbs/01_model.ipynb #02bd253c
 class RMSNorm(nn.Module):
@@ -157,7 +161,7 @@ def reference_varlen(q, k, v, cu_seqlens, max_len, causal):
     return torch.cat(out)                                                                  # (n_tokens, H, D)
 
 
-def _torch_varlen(varlen_attn):
+def torch_varlen_kernel(varlen_attn):
     "PyTorch's varlen kernel in our calling convention; its keywords moved between releases (causality, GQA)."
     params = inspect.signature(varlen_attn).parameters
     def torch_varlen(q, k, v, cu, max_len, causal):
@@ -188,7 +192,7 @@ def _varlen_kernels() -> tuple:
         else: problem = 'flash-attn is not installed'
     try: from torch.nn.attention.varlen import varlen_attn
     except ImportError: return None, None, problem
-    return _torch_varlen(varlen_attn), f'torch.nn.attention.varlen.varlen_attn (torch {torch.__version__})', problem
+    return torch_varlen_kernel(varlen_attn), f'torch.nn.attention.varlen.varlen_attn (torch {torch.__version__})', problem
 
 
 def varlen_kernel():
@@ -235,8 +239,13 @@ def sdpa_inputs(k, v, n_heads: int, masked: bool) -> tuple:
     return k.repeat_interleave(n_heads // n_kv, dim=1), v.repeat_interleave(n_heads // n_kv, dim=1), False
 
 
+def layer_kernel(device) -> object:
+    "The 'flash' backend's kernel for a layer on `device`: `varlen_kernel()` on CUDA (None when none exists), else `reference_varlen`."
+    return varlen_kernel() if torch.device(device).type == 'cuda' else reference_varlen
+
+
 class Attention(nn.Module):
-    varlen_impl = None   # the 'flash' backend's kernel; None: `varlen_kernel()` (tests plug in `reference_varlen`)
+    varlen_impl = None   # a kernel that replaces the resolved one (tests plug in `reference_varlen` or a stand-in)
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -247,12 +256,19 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
         self.v_proj = nn.Linear(cfg.hidden_size, self.n_kv * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, cfg.hidden_size, bias=bias)
+        self.kernel = layer_kernel(self.q_proj.weight.device)   # resolved outside compiled code (see above)
+
+    def _apply(self, fn, recurse=True):
+        "`to`, `cuda`, `to_empty`, ...: the kernel follows the weights to their device."
+        out = super()._apply(fn, recurse)
+        self.kernel = layer_kernel(self.q_proj.weight.device)
+        return out
 
     def _flash(self, q, k, v, is_causal, layout):
         "The variable-length kernels; q, k, v: (B, heads, T, D); `layout` of the (already unpadded) rows."
         B, _, T, _ = q.shape
         # on a CPU the GPU kernels do not run: the reference kernel keeps the same path working there
-        kernel = self.varlen_impl or (varlen_kernel() if q.is_cuda else reference_varlen)
+        kernel = self.varlen_impl or self.kernel
         if kernel is None: raise RuntimeError("attn_backend='flash' needs flash-attn or torch.nn.attention.varlen")
         if kernel is not reference_varlen and q.dtype not in HALF:
             raise ConfigError(f"attn_backend='flash' takes fp16 or bf16 inputs, not {q.dtype}: run in bf16 (autocast) "
@@ -319,6 +335,14 @@ def repad(t: torch.Tensor, indices: torch.Tensor, B: int, T: int) -> torch.Tenso
     return t.new_zeros(B * T, *t.shape[2:]).index_copy(0, indices, t[0]).view(B, T, *t.shape[2:])
 
 # %% ../nbs/01_model.ipynb #d2f349ba
+def symbolic_layout(layout: dict) -> dict:
+    """`layout` as compiled blocks should see it: the number of documents and `max_len` symbolic from the first compile.
+    They change with every batch; as constants, each change would recompile the blocks (once for each, until dynamo
+    makes them symbolic itself)."""
+    torch._dynamo.maybe_mark_dynamic(layout['cu_seqlens'], 0)
+    return layout if DynamicInt is None else dict(layout, max_len=DynamicInt(layout['max_len']))
+
+
 class Body(nn.Module):
     "Embedding, blocks and final norm: everything but a head."
     def __init__(self, cfg: ModelConfig):
@@ -347,6 +371,7 @@ class Body(nn.Module):
         allowed, indices = None, None   # who attends to whom, worked out once for all layers
         if self.config.attn_backend == 'flash':
             allowed = layout or varlen_layout(B, T, attention_mask, document_ids, device=input_ids.device)
+            allowed = symbolic_layout(allowed)
             indices = allowed['indices']
             if indices is not None:   # un-pad once: every block sees the real tokens alone, as one row
                 x, cos, sin = (unpad(t.expand(B, T, -1), indices) for t in (x, cos, sin))   # (1, n_tokens, ...)
@@ -363,7 +388,7 @@ class Body(nn.Module):
 # %% ../nbs/01_model.ipynb #0de9f875
 @dataclass
 class Output:
-    logits: torch.Tensor | None = None            # (B, T, vocab), or (n_selected, vocab) with `logits_mask`
+    logits: torch.Tensor | None = None            # (B, T, vocab), or (n_selected, vocab) with `logits_mask`/`logits_index`
     hidden_states: torch.Tensor | None = None     # (B, T, hidden), after the final norm
 
 
@@ -385,13 +410,17 @@ class Transformer(nn.Module):
 
     def forward(self, input_ids, attention_mask=None, is_causal: bool = False, document_ids=None, position_ids=None,
                 logits_mask: torch.Tensor | None = None,  # (B, T) bool: compute logits only there (sparse MLM head)
+                logits_index: torch.Tensor | None = None,  # (n,) long: the same as flat positions of (B*T), no host sync
                 output_hidden_states: bool = False,
                 head: bool = True,   # False: no logits, the hidden states only (a loss that applies the head itself)
                 layout: dict | None = None,   # the batch's `varlen_layout` ('flash'; `layout_of` a collated batch)
                ) -> Output:
         h = self.model(input_ids, attention_mask, is_causal, document_ids, position_ids, layout)   # (B, T, hidden)
         if not head: return Output(hidden_states=h)
-        logits = self.lm_head(h if logits_mask is None else h[logits_mask])        # (B, T, V) or (n, V)
+        at = h                                                                      # (B, T, hidden)
+        if logits_index is not None: at = h.flatten(0, 1).index_select(0, logits_index)   # (n, hidden), a gather
+        elif logits_mask is not None: at = h[logits_mask]                             # (n, hidden), a host sync
+        logits = self.lm_head(at)                                                   # (B, T, V) or (n, V)
         return Output(logits=logits, hidden_states=h if output_hidden_states else None)
 
     def num_parameters(self, lm_head: bool = False) -> int:
@@ -707,6 +736,24 @@ def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
+RELEASE_OWNER = 'MLMvsCLM'   # the hub account of the authors' released checkpoints
+SHAPE_FIELDS = ('vocab_size', 'hidden_size', 'num_hidden_layers', 'num_attention_heads', 'num_key_value_heads', 'head_dim',
+                'intermediate_size')
+
+
+def release_shape_differences(name: str,        # a hub id, `MLMvsCLM/<released name>`; anything else is not checked
+                              cfg: ModelConfig,  # the release's config (`config_from_hf` of its config.json)
+                             ) -> dict:          # field -> (released, our preset's); empty when they agree
+    "Where a released checkpoint's shape differs from our preset of the size its name gives (warned of by `load`)."
+    owner, _, run = str(name).partition('/')
+    if owner != RELEASE_OWNER: return {}
+    try: size = parse_run_name(run).size
+    except ValueError: return {}
+    if size not in MODEL_SIZES: return {}
+    ours = model_config(size)
+    return {f: (getattr(cfg, f), getattr(ours, f)) for f in SHAPE_FIELDS if getattr(cfg, f) != getattr(ours, f)}
+
+
 def load(path_or_name: str | Path,       # our checkpoint, a HF Llama-family decoder, or a MLMvsCLM/* release
          attn_backend: str = 'sdpa',     # attention kernel to run with
          dtype: torch.dtype = torch.float32,  # parameter dtype after loading
@@ -718,6 +765,11 @@ def load(path_or_name: str | Path,       # our checkpoint, a HF Llama-family dec
     if is_state_folder(folder): raise _not_a_model('checkpoint', str(path_or_name))
     if not (folder/'config.json').is_file(): raise FileNotFoundError(f'{folder} has no config.json')
     cfg = config_from_hf(json.loads((folder/'config.json').read_text()), attn_backend=attn_backend)
+    if differs := release_shape_differences(str(path_or_name), cfg):   # the release's config.json is the final word
+        warnings.warn(f"{path_or_name}: the released shape differs from our {parse_run_name(str(path_or_name).split('/')[1]).size!r} "
+                      f"preset (mlmclm.sizes.MODEL_SIZES) in " + ', '.join(f'{f} (released {a}, ours {b})' for f, (a, b)
+                      in differs.items()) + '; the release loads as released, our runs train the preset', UserWarning,
+                      stacklevel=2)
     state = _read_safetensors(folder)
     if not any(k.startswith('model.') for k in state):
         state = {(k if k.startswith('lm_head.') else f'model.{k}'): v for k, v in state.items()}

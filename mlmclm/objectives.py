@@ -5,6 +5,7 @@
 # %% ../nbs/01b_objectives.ipynb #7470702d
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 import weakref
@@ -19,11 +20,12 @@ from torch.utils.checkpoint import checkpoint
 from .core import ConfigError
 from .vocab import ADAMW, AdamW, Phase
 from .sizes import PEAK_FLOPS, block_shape, model_config, peak_flops
-from .model import Block, Rotary, allowed_attention, host_layout, layout_of
+from .model import Block, Rotary, torch_varlen_kernel, allowed_attention, host_layout, layout_of, reference_varlen
 
 # %% auto #0
-__all__ = ['IGNORE', 'MEASURED', 'clm_labels', 'mask_tokens', 'make_batch', 'chunked_cross_entropy', 'lm_loss', 'wsd_schedule',
-           'adamw', 'attention_span', 'device_peak_flops', 'MemoryMeter', 'activation_bytes', 'logit_bytes']
+__all__ = ['IGNORE', 'MEASURED', 'clm_labels', 'mask_tokens', 'make_batch', 'labelled_positions', 'chunked_cross_entropy',
+           'lm_loss', 'wsd_schedule', 'adamw', 'attention_span', 'device_peak_flops', 'MemoryMeter',
+           'gpu_varlen_on_cpu', 'activation_bytes', 'logit_bytes']
 
 # %% ../nbs/01b_objectives.ipynb #c69bbade
 IGNORE = -100  # the label of positions that take no loss (PyTorch's and Hugging Face's convention)
@@ -71,7 +73,8 @@ def make_batch(rows: dict,                 # 'input_ids', 'document_ids': (B, T)
                seed: int, first_row: int,  # masking generator seed parts: the run's seed and the batch's first row
               ) -> dict:
     """Inputs, labels and attention mode of one micro-batch under `phase`'s objective, with the documents' layout for
-    the variable-length kernels (`cu_seqlens`, `max_seqlen`; built here, on the CPU, see `01_model`)."""
+    the variable-length kernels (`cu_seqlens`, `max_seqlen`; built here, on the CPU, see `01_model`); MLM also ships
+    `masked_positions` `(n_masked,)`, the flat positions of `(B*T)` that take a loss (found here: no host sync)."""
     ids, docs = rows['input_ids'], rows['document_ids']
     lay = host_layout(None, docs)
     layout = dict(cu_seqlens=lay['cu_seqlens'], max_seqlen=lay['max_len'])
@@ -80,7 +83,14 @@ def make_batch(rows: dict,                 # 'input_ids', 'document_ids': (B, T)
     g = torch.Generator().manual_seed(seed * 1_000_003 + first_row)
     inputs, labels = mask_tokens(ids, phase.mask_ratio, tokenizer_ids['mask_token_id'], tokenizer_ids['vocab_size'],
                                  tokenizer_ids['special_ids'], replace, generator=g)
-    return dict(input_ids=inputs, document_ids=docs, labels=labels, is_causal=False, **layout)
+    return dict(input_ids=inputs, document_ids=docs, labels=labels, is_causal=False, **layout,
+                masked_positions=labelled_positions(labels))
+
+
+def labelled_positions(labels: torch.Tensor,  # (B, T), IGNORE where no loss is taken
+                      ) -> torch.Tensor:       # (n_labelled,) long: flat positions of (B*T), in order
+    "Where `labels` take a loss, as indices (`nonzero`: a host sync when `labels` is on a GPU, none on the CPU)."
+    return (labels.flatten() != IGNORE).nonzero().flatten()
 
 
 def _ce_sum(h, w, y):   # h: (n, hidden), w: (V, hidden), y: (n,)
@@ -111,13 +121,17 @@ def lm_loss(model, batch: dict,
     # CLM labels nearly every position: gathering them would only copy the hidden states, so CLM stays dense
     sparse_head = sparse_head and not batch['is_causal']
     kw = dict(is_causal=batch['is_causal'], document_ids=batch['document_ids'], layout=layout_of(batch))
+    if sparse_head:   # the labelled positions as indices: shipped by `make_batch` (no host sync), else found here
+        at = batch.get('masked_positions')
+        at = labelled_positions(labels) if at is None else at                     # (n_masked,)
+        picked = labels.flatten().index_select(0, at)                             # (n_masked,)
     if ce_chunk:   # through the model's own call (DDP and torch.compile wrap it), then the head chunk by chunk
         h = model(batch['input_ids'], head=False, **kw).hidden_states            # (B, T, hidden)
-        if sparse_head: h, labels = h[sel], labels[sel]                           # (n_masked, hidden), (n_masked,)
+        if sparse_head: h, labels = h.flatten(0, 1).index_select(0, at), picked   # (n_masked, hidden), (n_masked,)
         head = getattr(model, 'module', model).lm_head                            # DDP keeps the model in .module
         return chunked_cross_entropy(h, head.weight, labels, ce_chunk), sel.sum()
-    out = model(batch['input_ids'], logits_mask=sel if sparse_head else None, **kw)
-    if sparse_head: return F.cross_entropy(out.logits.float(), labels[sel]), sel.sum()    # (n_labelled, V)
+    out = model(batch['input_ids'], logits_index=at if sparse_head else None, **kw)
+    if sparse_head: return F.cross_entropy(out.logits.float(), picked), sel.sum()          # (n_labelled, V)
     # dense: ignore_index skips unlabelled positions without copying the (B*T, V) logits
     return F.cross_entropy(out.logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE), sel.sum()
 
@@ -191,38 +205,88 @@ class MemoryMeter(TorchDispatchMode):
         return out
 
 # %% ../nbs/01b_objectives.ipynb #f4e3eadc
-def _blocks_forward(cfg, blocks, rows: int, layers: int, bf16: bool, checkpointed: bool, T: int = 8) -> int:
-    "Bytes alive after the forward pass of `layers` of `blocks` over `rows` rows of two documents each."
+def _blocks_forward(cfg, blocks, rows: int, layers: int, bf16: bool, checkpointed: bool, T: int = 8,
+                    compiled: bool = False) -> int:
+    """Bytes alive after the forward pass of `layers` of `blocks` over `rows` rows of two documents each; `compiled`:
+    the bytes of the distinct storages the pass saves for backward (saved-tensor hooks: dynamo compiles nothing while a
+    dispatch mode such as `MemoryMeter` is active; on eager blocks the two counts are equal)."""
     x = torch.randn(rows, T, cfg.hidden_size, requires_grad=True)
     cos, sin = Rotary(cfg)(torch.arange(T)[None])
     docs = torch.tensor([[0] * (T // 2) + [1] * (T - T // 2)] * rows)
     allowed = host_layout(None, docs) if cfg.attn_backend == 'flash' else allowed_attention(False, T, None, docs)
-    with MemoryMeter() as mm, torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
+    saved = {}
+    def pack(t):
+        s = t.untyped_storage(); saved[s.data_ptr()] = s.nbytes(); return t
+    counting = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if compiled else MemoryMeter()
+    with counting as mm, torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
         for block in blocks[:layers]:
             x = checkpoint(block, x, cos, sin, False, allowed, use_reentrant=False) if checkpointed else \
                 block(x, cos, sin, False, allowed)
-        return mm.live
+        return sum(saved.values()) if compiled else mm.live
+
+
+def _cpu_varlen(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=False, scale=None, window_size=None, enable_gqa=False,
+                seqused_k=None, block_table=None, num_splits=None):
+    "A CPU kernel for torch's varlen op (`reference_varlen`): (out, log-sum-exp (H, n) fp32, rng state), as on a GPU."
+    if k.shape[1] != q.shape[1]: k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in (k, v))
+    out = reference_varlen(q, k, v, cu_q, max_q, is_causal or list(window_size or []) == [-1, 0])
+    return out, q.new_zeros(q.shape[1], q.shape[0], dtype=torch.float32), torch.zeros(2, dtype=torch.uint64)
+
+
+@contextlib.contextmanager
+def gpu_varlen_on_cpu():
+    """torch's varlen op (`torch.nn.attention.varlen`, the GPU's flash kernel without flash-attn) given a CPU kernel
+    while active: yields the kernel in our calling convention. One opaque op, as a compiled graph holds the GPU's
+    kernel, saving what the GPU's saves (q, k, v, out, the log-sum-exp)."""
+    from torch.nn.attention.varlen import varlen_attn
+    lib = torch.library.Library('torch_attn', 'IMPL')
+    lib.impl('_varlen_attn', _cpu_varlen, 'CPU')
+    try: yield torch_varlen_kernel(varlen_attn)
+    finally: lib._destroy()
+
+
+def _compiled_blocks(cfg, blocks, kernel) -> None:
+    "Compile `blocks` in place as the trainer does on a GPU, with inductor's partitioner and no code generation."
+    for block in blocks:
+        if kernel is not None: block.self_attn.varlen_impl = kernel
+        block.compile(backend='aot_eager_decomp_partition', dynamic=False)
 
 
 @functools.lru_cache(maxsize=None)
-def _activation_bytes(key: tuple, bf16: bool, checkpointed: bool) -> float:
+def _activation_bytes(key: tuple, bf16: bool, checkpointed: bool, compiled: bool = False) -> float:
+    # checkpointed, compiled or not, a block keeps its input; 'flash' in fp32 runs only on the CPU's reference kernel,
+    # which compiles in pieces: the eager figure for both (as `mlmclm.sizes.stored_activation_bytes`)
+    if compiled and (checkpointed or (key[6] == 'flash' and not bf16)): return _activation_bytes(key, bf16, checkpointed)
     cfg = model_config('tiny', hidden_size=key[0], intermediate_size=key[1], num_attention_heads=key[2],
                        num_key_value_heads=key[3], head_dim=key[4], attention_bias=key[5], attn_backend=key[6])
     with torch.device('meta'): blocks = nn.ModuleList(Block(cfg) for _ in range(2))
     blocks.to_empty(device='cpu')
     with torch.no_grad():
         for p in blocks.parameters(): p.fill_(0.02)              # the values do not matter, only the shapes
-    layer = lambda rows: (_blocks_forward(cfg, blocks, rows, 2, bf16, checkpointed)
-                          - _blocks_forward(cfg, blocks, rows, 1, bf16, checkpointed))   # one more block
-    return (layer(2) - layer(1)) / 8                              # one more row of 8 tokens: weights cancel
+    layer = lambda rows: (_blocks_forward(cfg, blocks, rows, 2, bf16, checkpointed, compiled=compiled)
+                          - _blocks_forward(cfg, blocks, rows, 1, bf16, checkpointed, compiled=compiled))   # one more block
+    if not compiled: return (layer(2) - layer(1)) / 8             # one more row of 8 tokens: weights cancel
+    from torch._dynamo.utils import counters
+    breaks = lambda: sum(counters['graph_break'].values()) + sum(n for k, n in counters['unimplemented'].items() if 'recompile' in k.lower())
+    before = counters['stats']['unique_graphs'], breaks()
+    with (gpu_varlen_on_cpu() if cfg.attn_backend == 'flash' else contextlib.nullcontext()) as kernel, \
+         torch._dynamo.config.patch(recompile_limit=64, accumulated_recompile_limit=4096):
+        _compiled_blocks(cfg, blocks, kernel)
+        per_token = (layer(2) - layer(1)) / 8
+    graphs, broken = counters['stats']['unique_graphs'] - before[0], breaks() - before[1]
+    if broken or not graphs:   # else some of it ran eager, and the count is not the compiled one
+        raise RuntimeError(f'measuring compiled activations of {key}: {graphs} graphs, {broken} graph breaks or '
+                           f'recompile-limit hits; expected whole graphs')
+    return per_token
 
 
 def activation_bytes(cfg,                    # a `ModelConfig` (its `attn_backend` as it will run)
                      bf16: bool = True,      # under bf16 autocast (GPU) or in fp32
                      checkpointed: bool = False,  # activation checkpointing: what a block keeps is its input
+                     compiled: bool = False,  # blocks compiled (`compile_blocks`): what the partitioner saves
                     ) -> float:              # bytes per token per block, measured on the CPU
     "What one block keeps for its backward pass, per token (measured once per shape and setting)."
-    return _activation_bytes(block_shape(cfg), bf16, checkpointed)
+    return _activation_bytes(block_shape(cfg), bf16, checkpointed, compiled)
 
 
 @functools.lru_cache(maxsize=None)

@@ -966,7 +966,8 @@ def _memory(run) -> dict:
                                seq_len=cfg.seq_len, objective=phase.objective, mask_ratio=phase.mask_ratio or 0.4,
                                sparse_head=cfg.sparse_head, ce_chunk=cfg.ce_chunk, grad_ckpt=cfg.gradient_checkpointing,
                                grad_accum=run.grad_accum, bf16=run.acc.mixed_precision == 'bf16',
-                               attn_backend=run.backend, bucket_view=run.sharding == 'ddp', **MEASURED)
+                               attn_backend=run.backend, bucket_view=run.sharding == 'ddp',
+                               compiled=_compiles(cfg, run.acc.device), **MEASURED)
     return max(map(estimate, run.phases), key=lambda e: e['peak_gib'])
 
 

@@ -15,9 +15,9 @@ from .corpus import EMBEDDED_VOCAB_SIZE
 
 # %% auto #0
 __all__ = ['ATTN_BACKENDS', 'LLAMA3_VOCAB_SIZE', 'MODEL_SIZES', 'FLOP_CONVENTION', 'PEAK_FLOPS', 'PLANNER_GPU', 'STRATEGIES',
-           'GIB', 'ACTIVATION_BYTES', 'LOGIT_BYTES', 'FIT_STEPS', 'ModelConfig', 'model_config', 'param_counts',
-           'flops_per_token', 'Peak', 'peak_flops', 'block_shape', 'stored_activation_bytes', 'stored_logit_bytes',
-           'memory_estimate', 'memory_line', 'fit_settings']
+           'GIB', 'ACTIVATION_BYTES', 'COMPILED_ACTIVATION_BYTES', 'LOGIT_BYTES', 'FIT_STEPS', 'ModelConfig',
+           'model_config', 'param_counts', 'flops_per_token', 'Peak', 'peak_flops', 'block_shape',
+           'stored_activation_bytes', 'stored_logit_bytes', 'memory_estimate', 'memory_line', 'fit_settings']
 
 # %% ../nbs/00d_sizes.ipynb #8c173f07
 ATTN_BACKENDS = ('sdpa', 'eager', 'flash')   # the attention kernels (`01_model`)
@@ -61,9 +61,12 @@ MODEL_SIZES: dict[str, dict] = {
                  intermediate_size=3072),
     '610m': dict(hidden_size=1152, num_hidden_layers=26, num_attention_heads=18, num_key_value_heads=6, head_dim=64,
                  intermediate_size=4096),
-    # our best reading (protocol.md §1); an alternative seen is num_hidden_layers=26, intermediate_size=4096
-    '1b': dict(hidden_size=1728, num_hidden_layers=28, num_attention_heads=18, num_key_value_heads=6, head_dim=96,
-               intermediate_size=5120),
+    # the authors' '1b' preset (EuroBERT commit d480042, protocol.md §1): 0.98B counted as the names count
+    '1b': dict(hidden_size=1728, num_hidden_layers=26, num_attention_heads=18, num_key_value_heads=6, head_dim=96,
+               intermediate_size=4096),
+    # the shape this package took for 1b before (1.19B): kept by name for runs and estimates made with it
+    '1.2b': dict(hidden_size=1728, num_hidden_layers=28, num_attention_heads=18, num_key_value_heads=6, head_dim=96,
+                 intermediate_size=5120),
 }
 
 def model_config(size: str | ModelConfig = 'tiny',  # a key of `MODEL_SIZES`, or a ready config
@@ -149,14 +152,14 @@ def peak_flops(name: str) -> float | None:
 def _state(n: dict, strategy: str, processes: int, bf16: bool, chunked: bool, grad_accum: int,
            bucket_view: bool) -> dict:
     "Bytes of weights, gradients and AdamW moments: `persistent`, `backward` (at the start of backward), `step`."
-    N, W, pb = n['all'], (processes if strategy == 'fsdp2' else 1), (2 if bf16 else 4)
-    head_grad = (pb if strategy == 'fsdp2' else 4) * n['head'] * (2 if chunked else 1)   # a second one per chunk
-    if strategy == 'fsdp2':
-        gathered = pb * (n['out'] + 2 * n['block'])          # the output unit, the current block and the next
+    N, W = n['all'], (processes if strategy == 'fsdp2' else 1)
+    head_grad = 4 * n['head'] * (2 if chunked else 1)         # fp32 (FSDP2 gathers fp32 weights too); a second one per chunk
+    cache = 2 * (N - n['embed']) if bf16 else 0               # autocast's bf16 copies of the weights, saved for backward
+    if strategy == 'fsdp2':   # the trainer's policy: fp32 weights gathered, autocast casts them as under DDP
+        gathered = 4 * (n['out'] + 2 * n['block'])           # the output unit, the current block and the next
         accumulated = 4 * N if grad_accum > 1 else 0         # unsharded fp32 while accumulating
         return dict(weights=4 * N / W, optimizer=8 * N / W, gradients=4 * N / W + accumulated, persistent=12 * N / W,
-                    step=4 * N / W, backward=gathered + head_grad + accumulated)
-    cache = 2 * (N - n['embed']) if bf16 else 0               # autocast's bf16 copies of the weights
+                    step=4 * N / W, backward=gathered + head_grad + accumulated + cache)
     buckets = 4 * N if strategy == 'ddp' else 0               # DDP's reduction buckets (the gradients themselves
     grads_kept = 4 * N if grad_accum > 1 and not (strategy == 'ddp' and bucket_view) else 0   # with bucket_view)
     return dict(weights=4 * N, optimizer=8 * N, gradients=4 * N + (0 if bucket_view else buckets), persistent=12 * N + buckets,
@@ -184,9 +187,26 @@ ACTIVATION_BYTES = {
     ('610m', 'sdpa'):  {(True, False): 72032.0, (True, True): 4608.0, (False, False): 111728.0, (False, True): 4608.0},
     ('610m', 'eager'): {(True, False): 72240.0, (True, True): 4608.0, (False, False): 112208.0, (False, True): 4608.0},
     ('610m', 'flash'): {(True, False): 79144.0, (True, True): 4608.0, (False, False): 111912.0, (False, True): 4608.0},
-    ('1b', 'sdpa'):    {(True, False): 99808.0, (True, True): 6912.0, (False, False): 151152.0, (False, True): 6912.0},
-    ('1b', 'eager'):   {(True, False): 100016.0, (True, True): 6912.0, (False, False): 151632.0, (False, True): 6912.0},
-    ('1b', 'flash'):   {(True, False): 110376.0, (True, True): 6912.0, (False, False): 151336.0, (False, True): 6912.0},
+    ('1b', 'sdpa'):    {(True, False): 91616.0, (True, True): 6912.0, (False, False): 134768.0, (False, True): 6912.0},
+    ('1b', 'eager'):   {(True, False): 91824.0, (True, True): 6912.0, (False, False): 135248.0, (False, True): 6912.0},
+    ('1b', 'flash'):   {(True, False): 102184.0, (True, True): 6912.0, (False, False): 134952.0, (False, True): 6912.0},
+    ('1.2b', 'sdpa'):  {(True, False): 99808.0, (True, True): 6912.0, (False, False): 151152.0, (False, True): 6912.0},
+    ('1.2b', 'eager'): {(True, False): 100016.0, (True, True): 6912.0, (False, False): 151632.0, (False, True): 6912.0},
+    ('1.2b', 'flash'): {(True, False): 110376.0, (True, True): 6912.0, (False, False): 151336.0, (False, True): 6912.0},
+}
+# the same for compiled blocks (`compiled=True`: what inductor's partitioner saves): (size, kernel) -> {bf16: bytes}; 'flash'
+# runs in bf16 only. Checkpointed, a compiled block keeps its input, as in `ACTIVATION_BYTES`
+COMPILED_ACTIVATION_BYTES = {
+    ('tiny', 'sdpa'):  {True: 4648.0, False: 8760.0},   ('tiny', 'eager'): {True: 4680.0, False: 8840.0},
+    ('tiny', 'flash'): {True: 4376.0},
+    ('210m', 'sdpa'):  {True: 32328.0, False: 61528.0}, ('210m', 'eager'): {True: 32456.0, False: 61832.0},
+    ('210m', 'flash'): {True: 32312.0},
+    ('610m', 'sdpa'):  {True: 45408.0, False: 86128.0}, ('610m', 'eager'): {True: 45608.0, False: 86600.0},
+    ('610m', 'flash'): {True: 42320.0},
+    ('1b', 'sdpa'):    {True: 55776.0, False: 104560.0}, ('1b', 'eager'): {True: 55976.0, False: 105032.0},
+    ('1b', 'flash'):   {True: 51152.0},
+    ('1.2b', 'sdpa'):  {True: 61920.0, False: 116848.0}, ('1.2b', 'eager'): {True: 62120.0, False: 117320.0},
+    ('1.2b', 'flash'): {True: 57296.0},
 }
 # peak bytes per logit of the LM head and its cross-entropy, as `mlmclm.objectives.logit_bytes` measures them: (bf16, chunked) -> bytes
 LOGIT_BYTES = {(True, False): 11.859390258789062, (True, True): 11.015716552734375, (False, False): 11.718765258789062,
@@ -198,17 +218,27 @@ def _stored_shapes() -> dict:
     return {block_shape(model_config(size, attn_backend=kernel)): table for (size, kernel), table in ACTIVATION_BYTES.items()}
 
 
+@functools.lru_cache(maxsize=None)
+def _stored_compiled_shapes() -> dict:
+    return {block_shape(model_config(size, attn_backend=kernel)): table
+            for (size, kernel), table in COMPILED_ACTIVATION_BYTES.items()}
+
+
 def stored_activation_bytes(cfg: ModelConfig,          # its block shape must be a named size's (`block_shape`)
                             bf16: bool = True,         # under bf16 autocast (GPU) or in fp32
                             checkpointed: bool = False,  # activation checkpointing: what a block keeps is its input
+                            compiled: bool = False,    # compiled blocks (`COMPILED_ACTIVATION_BYTES`)
                            ) -> float:                 # bytes per token per block
-    "What one block of `cfg` keeps for its backward pass, per token, from `ACTIVATION_BYTES`."
-    table = _stored_shapes().get(block_shape(cfg))
+    "What one block of `cfg` keeps for its backward pass, per token, from `ACTIVATION_BYTES` (`COMPILED_ACTIVATION_BYTES`)."
+    # checkpointed, a block keeps its input whether compiled or not; 'flash' in fp32 runs only on the CPU's reference
+    # kernel, which compiles in pieces: the eager figure for both
+    compiled = compiled and not checkpointed and not (cfg.attn_backend == 'flash' and not bf16)
+    table = (_stored_compiled_shapes() if compiled else _stored_shapes()).get(block_shape(cfg))
     if table is None:
         raise ConfigError(f'no stored activation measurement for the block shape {block_shape(cfg)} (hidden, intermediate, '
                           f'heads, kv heads, head_dim, bias, kernel): only the named sizes\' blocks are stored; measure '
                           f'this one with memory_estimate(..., **mlmclm.objectives.MEASURED)')
-    return table[(bf16, checkpointed)]
+    return table[bf16] if compiled else table[(bf16, checkpointed)]
 
 
 def stored_logit_bytes(bf16: bool = True, chunked: bool = False) -> float:
@@ -230,25 +260,26 @@ def memory_estimate(size,                         # a key of MODEL_SIZES or a `M
                     bf16: bool = True,            # bf16 autocast (GPU) or fp32
                     attn_backend: str = 'flash',  # the attention kernel ('flash' on GPU)
                     bucket_view: bool = False,    # DDP's gradient_as_bucket_view
-                    activation_bytes: Callable = stored_activation_bytes,  # (cfg, bf16, checkpointed) -> bytes per token per block
+                    compiled: bool | None = None,  # compiled blocks; None: with bf16 (the trainer compiles on a GPU)
+                    activation_bytes: Callable = stored_activation_bytes,  # (cfg, bf16, checkpointed, compiled) -> bytes per token per block
                     logit_bytes: Callable = stored_logit_bytes,  # (bf16, chunked) -> peak bytes per logit
                    ) -> dict:                     # GiB per process: parts and `peak`
     "Peak memory of one training process (see above); the activations and the loss as stored, or as measured (`**MEASURED`)."
     if strategy not in STRATEGIES: raise ConfigError(f'strategy={strategy!r}; choose one of {list(STRATEGIES)}')
     if objective not in ('mlm', 'clm'): raise ConfigError(f"objective={objective!r}; choose 'mlm' or 'clm'")
-    cfg = model_config(size, attn_backend=attn_backend)
+    cfg, compiled = model_config(size, attn_backend=attn_backend), bf16 if compiled is None else compiled
     n, tokens = param_counts(cfg), micro_batch * seq_len
     s = _state(n, strategy, processes, bf16, ce_chunk > 0, grad_accum, bucket_view)
-    per_layer = activation_bytes(cfg, bf16, checkpointed=grad_ckpt)
+    per_layer = activation_bytes(cfg, bf16, checkpointed=grad_ckpt, compiled=compiled)
     kept = tokens * (cfg.num_hidden_layers * per_layer + 16 * cfg.hidden_size)   # + embeddings, final norm, head input
-    recompute = tokens * activation_bytes(cfg, bf16) if grad_ckpt else 0          # one block again in backward
+    recompute = tokens * activation_bytes(cfg, bf16, compiled=compiled) if grad_ckpt else 0   # one block again in backward
     positions = tokens * (mask_ratio if objective == 'mlm' and sparse_head else 1.0)
     at_once = min(ce_chunk, positions) if ce_chunk else positions
     loss = at_once * cfg.vocab_size * logit_bytes(bf16, ce_chunk > 0) + (8 * positions * cfg.hidden_size if ce_chunk else 0)
     peak = s['persistent'] + max(s['backward'] + kept + max(loss, recompute), s['step'])
     return dict(size=size if isinstance(size, str) else 'custom', strategy=strategy, processes=processes,
                 micro_batch=micro_batch, seq_len=seq_len, objective=objective, sparse_head=sparse_head,
-                ce_chunk=ce_chunk, grad_ckpt=grad_ckpt, grad_accum=grad_accum, bf16=bf16, parameters=n['all'],
+                ce_chunk=ce_chunk, grad_ckpt=grad_ckpt, grad_accum=grad_accum, bf16=bf16, compiled=compiled, parameters=n['all'],
                 weights_gib=s['weights'] / GIB, gradients_gib=s['gradients'] / GIB, optimizer_gib=s['optimizer'] / GIB, activations_gib=kept / GIB,
                 loss_gib=loss / GIB, peak_gib=peak / GIB)
 
@@ -256,7 +287,8 @@ def memory_estimate(size,                         # a key of MODEL_SIZES or a `M
 def memory_line(e: dict) -> str:
     "One line for logs and plans: the estimate and the settings it is for."
     opts = ', '.join(k for k, on in (('sparse head', e['sparse_head'] and e['objective'] == 'mlm'),
-                                      (f"ce_chunk {e['ce_chunk']}", e['ce_chunk']), ('checkpointing', e['grad_ckpt'])) if on)
+                                      (f"ce_chunk {e['ce_chunk']}", e['ce_chunk']), ('checkpointing', e['grad_ckpt']),
+                                      ('compiled blocks', e.get('compiled'))) if on)
     return (f"estimated peak {e['peak_gib']:.1f} GiB per process ({e['size']}, {e['strategy']} over {e['processes']}, "
             f"{e['micro_batch']} x {e['seq_len']} tokens, accumulation {e['grad_accum']}{', ' + opts if opts else ''}): "
             f"weights {e['weights_gib']:.1f}, gradients {e['gradients_gib']:.1f}, optimizer {e['optimizer_gib']:.1f}, activations {e['activations_gib']:.1f}, "

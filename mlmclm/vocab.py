@@ -152,7 +152,7 @@ _TOKEN = re.compile(r'(clm|mlm\d{2})-(\d+)k')
 
 def parse_run_name(name: str) -> RunName:
     "The size, phases, CPT origin and checkpoint step encoded in a released model name."
-    m = re.fullmatch(r'(?P<size>\d+[mb]|tiny)-(?P<rest>.+?)(?:-(?P<ckpt>\d{3,}))?', name)
+    m = re.fullmatch(r'(?P<size>\d+(?:\.\d+)?[mb]|tiny)-(?P<rest>.+?)(?:-(?P<ckpt>\d{3,}))?', name)
     if not m: raise ValueError(f'cannot parse run name {name!r}: expected e.g. "610m-clm-10k-mlm40-42k"')
     size, rest, ckpt = m.group('size'), m.group('rest'), m.group('ckpt')
     cpt_from, start = None, 0
@@ -171,7 +171,7 @@ def parse_run_name(name: str) -> RunName:
     return RunName(size, tuple(phases), cpt_from, start, int(ckpt) if ckpt else None)
 
 # %% ../nbs/00a_vocab.ipynb #ec385b7c
-SIZE_ORDER = ['tiny', '210m', '610m', '1b']
+SIZE_ORDER = ['tiny', '210m', '610m', '1b', '1.2b']   # '1.2b': the earlier reading of 1b (`mlmclm.sizes`), not a paper size
 
 def describe_checkpoint(name: str) -> dict:
     "Pretraining metadata of a checkpoint, from its released name."
@@ -191,7 +191,7 @@ def describe_checkpoint(name: str) -> dict:
 CONTROL = 'tiny-random'   # the randomly initialised tiny model (no pretraining): the demo's reference line
 
 # %% ../nbs/00a_vocab.ipynb #b08b90c9
-SIZES = tuple(s for s in SIZE_ORDER if s != 'tiny')   # the paper's sizes: 210m, 610m, 1b
+SIZES = ('210m', '610m', '1b')                     # the paper's sizes
 RATIOS = (20, 30, 40, 50)                          # masking ratios (%) of E1/E2 and E6
 BUDGETS = {12000: (3000, 6000, 9000), 22000: (5000, 11000, 17000), 42000: (10000, 21000, 32000)}  # E5: 25/50/75% CLM
 E3_STEPS = (1000, 2000, 5000, 10000, 20000, 40000) # intermediate checkpoints of the 610m CLM and MLM-40 runs

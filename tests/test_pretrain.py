@@ -151,4 +151,4 @@ def test_every_paper_preset_fits_an_80_gb_card_with_margin():
                                 phase.mask_ratio or 0.4, cfg.sparse_head, cfg.ce_chunk, cfg.gradient_checkpointing, accum,
                                 bf16=True, attn_backend='flash', bucket_view=True)
             assert e['peak_gib'] < 0.85 * 79.1, (name, phase, e['peak_gib'])
-    assert pretrain_config('1b-clm-42k').fsdp and not pretrain_config('610m-clm-42k').fsdp
+    assert not pretrain_config('1b-clm-42k').fsdp and not pretrain_config('610m-clm-42k').fsdp   # none shards (issue 33)
