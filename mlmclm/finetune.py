@@ -33,7 +33,8 @@ from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL_AXES
 from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir
 from .model import HEADS, Head, TaskModel, Transformer, build_model, check_checkpoint, default_backend, layout_of, load, save
 from .data import load_tokenizer, tokenizer_sha
-from .objectives import adamw
+from .objectives import activation_bytes, adamw
+from .sizes import GIB, MODEL_SIZES, ModelConfig, memory_estimate, model_config, param_counts, stored_activation_bytes
 from .packing import (HEAD_LOSSES, HeadLoss, batch_backward, collate_packed, collate_padded, micro_batches,
                             to_device, unpack_examples, unpack_tokens)
 from .tasks import (TASKS, Task, entity_f1, load_task, majority_tag, ndcg_encodeval, ndcg_standard,
@@ -42,13 +43,13 @@ from .results import (StoreWriter, check_checkpoint_name, check_store_path, chec
                             current_rows, missing, read_rows)
 
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'TOKENS_PER_GIB', 'FEATURES_MAGIC', 'KINDS', 'ST_POOLING', 'wrap', 'encode_sequence',
+__all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'MEMORY_MARGIN', 'FEATURES_MAGIC', 'KINDS', 'ST_POOLING', 'wrap', 'encode_sequence',
            'word_of_tokens', 'encode_tokens', 'encode_answer_tokens', 'encode_spans', 'encode_texts',
-           'check_finetune_config', 'resolve_precision', 'train_steps', 'warmup_steps', 'token_budget', 'packed_layout',
-           'examples_fingerprint', 'feature_cache_dir', 'cached_features', 'encode_pairs', 'RunContext', 'encoders_sha',
-           'top_k_cosine', 'HeadKind', 'head_kind', 'evaluate', 'cap_eval', 'task_model', 'run_model', 'optimizer',
-           'optimizer_step', 'train_step', 'finetune_run', 'st_tokenizer', 'save_sentence_transformer', 'recorded_name',
-           'finetune_sweep']
+           'check_finetune_config', 'resolve_precision', 'train_steps', 'warmup_steps', 'finetune_memory',
+           'token_budget', 'packed_layout', 'examples_fingerprint', 'feature_cache_dir', 'cached_features',
+           'encode_pairs', 'RunContext', 'encoders_sha', 'top_k_cosine', 'HeadKind', 'head_kind', 'evaluate',
+           'cap_eval', 'task_model', 'run_model', 'optimizer', 'optimizer_step', 'train_step', 'finetune_run',
+           'st_tokenizer', 'save_sentence_transformer', 'recorded_name', 'finetune_sweep']
 
 # %% ../nbs/03b_finetune.ipynb #8d3c5f88
 SPECIAL_TOKENS = FINETUNE_OPTIONS['special_tokens'].choices
@@ -213,15 +214,56 @@ def warmup_steps(steps: int,
     return max(1, round(FINETUNE.warmup_ratio * steps))
 
 # %% ../nbs/03b_finetune.ipynb #80e643af
-CPU_TOKENS, TOKENS_PER_GIB = 1024, 256
+CPU_TOKENS = 1024       # tokens per packed pass on a CPU: a batch of 32 short examples in one pass
+MEMORY_MARGIN = 0.15    # of a GPU's memory kept free (CUDA context, allocator fragmentation), as `fit_settings` keeps
+
+
+def _activation_bytes(config: ModelConfig, bf16: bool, checkpointed: bool = False) -> float:
+    "Bytes per token per block: the stored measurement of the block's shape, else measured now (`objectives.activation_bytes`)."
+    try: return stored_activation_bytes(config, bf16, checkpointed)
+    except ConfigError: return activation_bytes(config, bf16, checkpointed)
+
+
+def finetune_memory(config: ModelConfig,  # the checkpoint's shape (`base.config`)
+                    precision: str,       # resolved: 'pure_bf16', 'amp_bf16' or 'fp32'
+                    backend: str,         # the attention kernel of the packed passes (`packed_layout`)
+                   ) -> dict:             # GiB: `state` (weights, gradients, AdamW moments), `per_token` (activations)
+    """What full fine-tuning keeps on the device: the model body's parameters (embeddings, blocks, final norm; a
+    `TaskModel` drops the LM head) with their gradients and AdamW's two moments, all bf16 in 'pure_bf16', all fp32
+    otherwise, plus in 'amp_bf16' autocast's bf16 copies of the block weights; and the activations each token keeps
+    for backward, as `memory_estimate` counts them (the blocks' measured bytes, and the embedding and final norm)."""
+    n = param_counts(config)
+    params, blocks = n['embed'] + n['body'], n['body']
+    bf16 = precision != 'fp32'   # the tables' bf16 rows are autocast's: for pure bf16 an upper bound
+    state = params * (4 * 2 if precision == 'pure_bf16' else 4 * 4) + (2 * blocks if precision == 'amp_bf16' else 0)
+    one = memory_estimate(config, strategy='none', processes=1, micro_batch=1, seq_len=1, objective='mlm', mask_ratio=0.0,
+                          bf16=bf16, attn_backend=backend, activation_bytes=_activation_bytes)   # no LM head loss
+    return dict(state=state / GIB, per_token=one['activations_gib'], parameters=params)
+
 
 def token_budget(device: torch.device,  # where the run trains
                  max_length: int,       # the longest input of the run
+                 config: ModelConfig | None = None,  # the checkpoint's shape; None: the largest named size's
+                 precision: str = 'pure_bf16',       # resolved: 'pure_bf16', 'amp_bf16' or 'fp32'
+                 backend: str = 'flash',             # the packed passes' attention kernel (`packed_layout`)
                 ) -> int:               # tokens per packed forward pass
-    "The default `micro_batch_tokens`: 1,024 on a CPU, 256 per GiB of a GPU's memory; at least `max_length`."
+    """The default `micro_batch_tokens`: 1,024 on a CPU (at least `max_length`); on a GPU what its memory holds
+    (less `MEMORY_MARGIN`) once the model's state is paid (`finetune_memory`), in multiples of 1,024 and at least
+    `max_length`. A run whose longest input alone does not fit is refused, with the numbers."""
     if device.type != 'cuda': return max(CPU_TOKENS, max_length)
-    gib = torch.cuda.get_device_properties(device).total_memory / 2**30
-    return max(int(gib * TOKENS_PER_GIB) // 1024 * 1024, max_length)
+    if config is None: config = model_config(max(MODEL_SIZES, key=lambda s: param_counts(s)['all']))
+    card = torch.cuda.get_device_properties(device).total_memory / GIB
+    usable, m = card * (1 - MEMORY_MARGIN), finetune_memory(config, precision, backend)
+    tokens = int((usable - m['state']) / m['per_token']) if usable > m['state'] else 0
+    if tokens < max_length:
+        need = m['state'] + max_length * m['per_token']
+        raise ConfigError(
+            f"fine-tuning a {m['parameters'] / 1e9:.2f}B-parameter model in precision={precision!r} needs "
+            f"{need:.1f} GiB for one input of max_length={max_length} tokens (weights, gradients and AdamW state "
+            f"{m['state']:.1f} GiB + {m['per_token'] * GIB / 1e6:.2f} MB of activations per token), more than the "
+            f"{usable:.1f} GiB usable on this GPU ({card:.1f} GiB less {MEMORY_MARGIN:.0%}): use precision='pure_bf16', "
+            f"a smaller max_length, or a larger GPU")
+    return max(tokens // 1024 * 1024, max_length)
 
 
 def packed_layout(device: torch.device,  # where the run trains
@@ -720,12 +762,14 @@ def _result_rows(eval_tasks, val, test, run: RunContext, **facts) -> list[dict]:
     return rows
 
 
-def _run_context(task: Task, tok, cfg: FinetuneConfig) -> RunContext:
+def _run_context(task: Task, tok, cfg: FinetuneConfig,
+                 config: ModelConfig | None = None,   # the checkpoint's shape: what `token_budget` sizes a GPU's passes for
+                ) -> RunContext:
     "The run's context: token limit, device, precision, packed budgets (see `token_budget`) and feature cache."
     device, max_length = pick_device(cfg.device), cfg.max_length or task.max_length
-    tokens = (cfg.micro_batch_tokens or token_budget(device, max_length)) if cfg.packing else None
     precision = resolve_precision(cfg.precision, device)
     backend, rows = packed_layout(device, max_length, precision) if cfg.packing else (None, None)
+    tokens = (cfg.micro_batch_tokens or token_budget(device, max_length, config, precision, backend)) if cfg.packing else None
     return RunContext(tok, max_length, device, precision, cfg, tokens, rows, backend, feature_cache_dir(cfg))
 
 
@@ -735,7 +779,7 @@ def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: 
                 ) -> list[dict]:
     "Train on `task`'s training data, validate, test on each of `eval_tasks`; one result dict per evaluated task."
     t0, name = time.perf_counter(), head_kind(task, cfg)
-    kind, run = KINDS[name], _run_context(task, tok, cfg)
+    kind, run = KINDS[name], _run_context(task, tok, cfg, base.config)
     seed_everything(seed)
     model = run_model(base, kind, task, run)
     train = data[task.name]['train']
