@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import errno
 import functools
 import hashlib
 import inspect
@@ -15,6 +16,7 @@ import itertools
 import json
 import math
 import os
+import stat
 import time
 import warnings
 import zipfile
@@ -43,8 +45,8 @@ from .results import (StoreWriter, check_checkpoint_name, check_store_path, chec
                             current_rows, missing, read_rows)
 
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'MEMORY_MARGIN', 'FEATURES_MAGIC', 'KINDS', 'ST_POOLING', 'wrap', 'encode_sequence',
-           'word_of_tokens', 'encode_tokens', 'encode_answer_tokens', 'encode_spans', 'encode_texts',
+__all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'MEMORY_MARGIN', 'FEATURES_MAGIC', 'MAX_FEATURES_BYTES', 'KINDS', 'ST_POOLING', 'wrap',
+           'encode_sequence', 'word_of_tokens', 'encode_tokens', 'encode_answer_tokens', 'encode_spans', 'encode_texts',
            'check_finetune_config', 'resolve_precision', 'train_steps', 'warmup_steps', 'finetune_memory',
            'token_budget', 'packed_layout', 'examples_fingerprint', 'feature_cache_dir', 'cached_features',
            'encode_pairs', 'RunContext', 'encoders_sha', 'top_k_cosine', 'HeadKind', 'head_kind', 'evaluate',
@@ -291,12 +293,30 @@ def examples_fingerprint(examples  # a list of dicts or of texts
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
+def _others_can_write(folder: Path) -> str | None:
+    "Why another user could write into `folder` (a link, not a folder, not ours, writable by group or others); None: only we can."
+    try: st = os.lstat(folder)
+    except FileNotFoundError: return None   # created by our first write, ours
+    if stat.S_ISLNK(st.st_mode): return 'is a symbolic link'
+    if not stat.S_ISDIR(st.st_mode): return 'is not a folder'
+    if st.st_uid != os.getuid(): return f'belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})'
+    if st.st_mode & 0o022: return f'is writable by its group or others (mode {stat.S_IMODE(st.st_mode):o})'
+    return None
+
+
 def feature_cache_dir(cfg) -> Path | None:
-    "The folder of cached features for `cfg` (a `FinetuneConfig`); None when `feature_cache='off'`."
+    """The folder of cached features for `cfg` (a `FinetuneConfig`); None when `feature_cache='off'`. By default this
+    user's own folder, `features/uid-<uid>` beside the results store; a default folder that others could write is
+    not used (warned). A folder given by `feature_cache` or `$MLMCLM_FEATURE_CACHE` is used as given."""
     if cfg.feature_cache == 'off': return None
     if cfg.feature_cache: return Path(cfg.feature_cache)
     if os.environ.get('MLMCLM_FEATURE_CACHE'): return Path(os.environ['MLMCLM_FEATURE_CACHE'])
-    return Path(cfg.results or project_root()/'runs'/'finetune'/'results.jsonl').parent/'features'
+    folder = Path(cfg.results or project_root()/'runs'/'finetune'/'results.jsonl').parent/'features'/f'uid-{os.getuid()}'
+    if why := _others_can_write(folder):
+        warnings.warn(f'feature cache: {folder} {why}, so another user could plant features in it; this run tokenizes '
+                      f'without a cache (remove the folder, or give feature_cache= explicitly)', RuntimeWarning, stacklevel=2)
+        return None
+    return folder
 
 
 def _small(a: np.ndarray) -> np.ndarray:
@@ -384,37 +404,86 @@ def _features_file(feats: list[dict], key: dict) -> bytes:
 
 class _BadFile(ValueError): "Why a feature-cache file cannot be used."
 
-_DAMAGED = (OSError, EOFError, ValueError, KeyError, IndexError, TypeError, StopIteration, zipfile.BadZipFile)
+_DAMAGED = (OSError, EOFError, ValueError, KeyError, IndexError, TypeError, StopIteration, zipfile.BadZipFile, MemoryError,
+            OverflowError, RecursionError)
+MAX_FEATURES_BYTES = 2**32   # a cache file larger than this (4 GiB) is not read: no task's features come near it
+
+
+def _read_regular(path: Path, limit: int = MAX_FEATURES_BYTES) -> bytes:
+    "The bytes of `path` when it is a regular file (no link, FIFO, device or folder) of at most `limit` bytes; else `_BadFile`."
+    try: fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)   # a FIFO opens without waiting for a writer
+    except OSError as e: raise _BadFile('is a symbolic link' if e.errno == errno.ELOOP else f'cannot be opened ({e.strerror})')
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode): raise _BadFile('is not a regular file')
+        if st.st_size > limit: raise _BadFile(f'holds {st.st_size:,} bytes, more than the {limit:,} a cache file may')
+        with os.fdopen(os.dup(fd), 'rb') as f: data = f.read(st.st_size + 1)
+    finally: os.close(fd)
+    if len(data) != st.st_size: raise _BadFile('changed size while it was read')
+    return data
+
+
+def _check_npz(payload: bytes) -> None:
+    """Refuse (`_BadFile`) an `.npz` that `_features_file` could not have written, before any array is allocated: a
+    compressed member (ours are stored) or one whose header promises more bytes than it holds (an allocation bomb)."""
+    with zipfile.ZipFile(io.BytesIO(payload)) as zf:
+        for info in zf.infolist():
+            if info.compress_type != zipfile.ZIP_STORED: raise _BadFile(f'holds a compressed member {info.filename!r}')
+            with zf.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                shape, _, dtype = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
+                                   np.lib.format.read_array_header_2_0)(f)
+            if dtype.hasobject or math.prod(shape) * dtype.itemsize > info.file_size:
+                raise _BadFile(f'holds a member {info.filename!r} whose header ({shape}, {dtype}) does not match its '
+                               f'{info.file_size:,} bytes')
+
 
 def _read_features(path: Path, key: dict) -> list[dict]:
     "The features in the cache file `path`; a `_BadFile` says why they cannot be used."
-    data = path.read_bytes()
+    data = _read_regular(path)
     if not data.startswith(FEATURES_MAGIC): raise _BadFile(f'does not begin with {FEATURES_MAGIC[:-1].decode()!r}')
     digest, _, body = data[len(FEATURES_MAGIC):].partition(b'\n')
     if hashlib.sha256(body).hexdigest().encode() != digest: raise _BadFile('fails its checksum')
     head, _, payload = body.partition(b'\n')
     head = json.loads(head)
     if head['key'] != json.loads(json.dumps(key)): raise _BadFile('holds the features of another key')
+    _check_npz(payload)
     with np.load(io.BytesIO(payload), allow_pickle=False) as z: arrays = {k: z[k] for k in z.files}
     return _unpack(head['layout'], arrays, head['n'])
+
+
+def _drop(path: Path) -> str:
+    "Remove a cache entry that cannot be used; what became of it, for the warning (a folder is left: it may hold anything)."
+    if stat.S_ISDIR(os.lstat(path).st_mode): return 'it is a folder, left as it is; the features are not cached'
+    path.unlink(missing_ok=True)
+    return 'it was removed and is rebuilt'
 
 
 def cached_features(folder: Path,        # the cache folder
                     key: dict,           # everything the features depend on (JSON-able)
                     encode: Callable,    # () -> the features, when the cache has none
                    ) -> list[dict]:
-    "The features of `key` from `folder`, or `encode()`'s, written there atomically for the next run; a damaged file is named, removed and rebuilt."
+    """The features of `key` from `folder`, or `encode()`'s, written there atomically for the next run. An entry that
+    cannot be used (damaged, implausible, not a regular file, unreadable) is a miss: named in a warning, removed and
+    rebuilt; one that cannot be replaced (a folder) or written is warned about and skipped: the cache is optional."""
     name = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=16).hexdigest()
     path = Path(folder)/f"{str(key.get('what', 'features')).split()[0]}-{name}.features"
-    if path.is_file():
+    keep = True
+    if os.path.lexists(path):
         try: return _read_features(path, key)
         except _DAMAGED as e:
             why = str(e) if isinstance(e, _BadFile) else f'cannot be read ({type(e).__name__}: {e})'
-            warnings.warn(f'feature cache: {path} {why}; it was removed and is rebuilt', RuntimeWarning, stacklevel=2)
-            path.unlink(missing_ok=True)
+            fate = _drop(path)
+            keep = fate.startswith('it was removed')
+            warnings.warn(f'feature cache: {path} {why}; {fate}', RuntimeWarning, stacklevel=2)
     feats = encode()
-    data = _features_file(feats, key)
-    with atomic_path(path) as tmp: tmp.write_bytes(data)
+    if keep:
+        try:
+            data = _features_file(feats, key)
+            with atomic_path(path) as tmp: tmp.write_bytes(data)
+        except OSError as e:
+            warnings.warn(f'feature cache: {path} could not be written ({e}); the features are not cached', RuntimeWarning,
+                          stacklevel=2)
     return feats
 
 # %% ../nbs/03b_finetune.ipynb #ab4fb7f4
