@@ -726,6 +726,16 @@ def pipeline_throughput(data: str | Path = EMBEDDED,  # as in `packed_rows`
     return n * seq_len / (time.perf_counter() - t)
 
 # %% ../nbs/01a_data.ipynb #8f40f734
+def _token_count(text: str) -> int:
+    "A `--max-tokens` value: a whole number of tokens >= 1, written as an integer or a float (`1.3e11`)."
+    import argparse, math
+    try: n = float(text)
+    except ValueError: n = math.nan
+    if not (math.isfinite(n) and n >= 1 and n == int(n)):   # 1e400 is inf: int() would raise OverflowError
+        raise argparse.ArgumentTypeError(f'{text!r} is not a whole number of tokens >= 1 (e.g. 1.3e11)')
+    return int(n)
+
+
 def _cli() -> 'argparse.ArgumentParser':
     import argparse
     p = argparse.ArgumentParser(prog='python -m mlmclm.data', description='Build and check token stores.')
@@ -741,7 +751,7 @@ def _cli() -> 'argparse.ArgumentParser':
     b.add_argument('--store-dir', help='where stores go when --out is not given (default <project>/stores)')
     b.add_argument('--workers', type=int, default=1); b.add_argument('--seed', type=int, default=42)
     b.add_argument('--shard-tokens', type=int, default=DEFAULT_SHARD_TOKENS)
-    b.add_argument('--max-tokens', type=lambda v: int(float(v)), help='stop after this many tokens (e.g. 1.3e11)')
+    b.add_argument('--max-tokens', type=_token_count, help='stop after this many tokens (e.g. 1.3e11)')
     v = sub.add_parser('verify-store', help="check every shard's checksum and the manifest's totals")
     v.add_argument('folder')
     return p

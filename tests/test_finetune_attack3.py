@@ -175,3 +175,45 @@ def test_a_default_cache_folder_others_can_write_is_not_used(tmp_path, monkeypat
         assert ft.feature_cache_dir(ft.FinetuneConfig(results=str(tmp_path/'r.jsonl'))) is None
     folder.chmod(0o755)
     assert ft.feature_cache_dir(ft.FinetuneConfig(results=str(tmp_path/'r.jsonl'))) == folder
+
+
+# ---- issue 34 item 10 (N25, N26): clear errors ------------------------------------------------------------------
+import mlmclm.data as data
+import mlmclm.results as res
+
+
+@pytest.mark.parametrize('value', ['1e400', '-1e400', 'inf', 'nan', '0', '2.5', 'abc'])
+def test_build_store_max_tokens_out_of_range_is_a_usage_error(value, capsys):
+    with pytest.raises(SystemExit) as e: data.main(['build-store', f'--max-tokens={value}'])
+    assert e.value.code == 2
+    assert f"argument --max-tokens: {value!r} is not a whole number of tokens >= 1" in capsys.readouterr().err
+
+
+def test_build_store_max_tokens_accepts_floats_that_are_whole():
+    args = data._cli().parse_args(['build-store', '--max-tokens', '1.3e11'])
+    assert args.max_tokens == 130_000_000_000 and type(args.max_tokens) is int
+
+
+ROW = dict(checkpoint_name='m', dataset='sst2', family='SC', lr=1e-4, seed=0, val_score=.5, test_score=.5)
+
+
+@pytest.mark.parametrize('damage', ['object array', 'not an npz', 'truncated'])
+def test_a_damaged_legacy_examples_file_is_named_with_what_to_do(tmp_path, damage):
+    store = tmp_path/'results.jsonl'
+    with res.StoreWriter(store) as w: w.append([ROW])
+    legacy = tmp_path/'results.jsonl.examples.npz'
+    if damage == 'object array': np.savez(legacy, k=np.array([{'a': 1}], dtype=object))
+    elif damage == 'not an npz': legacy.write_bytes(b'\x80\x04garbage')
+    else:
+        np.savez(legacy, k=np.arange(100)); legacy.write_bytes(legacy.read_bytes()[:60])
+    with pytest.raises(ConfigError) as e: res.read_examples(store)
+    msg = str(e.value)
+    assert str(legacy) in msg and 'Restore it from a copy, or move it away' in msg and "force='why'" in msg
+
+
+def test_a_sound_legacy_examples_file_is_still_read(tmp_path):
+    store = tmp_path/'results.jsonl'
+    with res.StoreWriter(store) as w: w.append([ROW])
+    key = next(iter(res.current_rows(res.read_rows(store))))
+    np.savez(tmp_path/'results.jsonl.examples.npz', **{key: np.array([1.0, 0.0])})
+    assert res.read_examples(store)[key].tolist() == [1.0, 0.0]
