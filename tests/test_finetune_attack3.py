@@ -217,3 +217,56 @@ def test_a_sound_legacy_examples_file_is_still_read(tmp_path):
     key = next(iter(res.current_rows(res.read_rows(store))))
     np.savez(tmp_path/'results.jsonl.examples.npz', **{key: np.array([1.0, 0.0])})
     assert res.read_examples(store)[key].tolist() == [1.0, 0.0]
+
+
+# ---- issue 34 item 6 (N12): a store's saved tokenizer is checked against its manifest ---------------------------
+from mlmclm.core import read_json, atomic_write_json
+
+
+def _swap_the_and(folder):
+    "N12's edit: the ids of 'Ġthe' and 'Ġand' swapped in the saved tokenizer.json."
+    p = folder/'tokenizer'/'tokenizer.json'
+    t = json.loads(p.read_text()); v = t['model']['vocab']
+    v['Ġthe'], v['Ġand'] = v['Ġand'], v['Ġthe']
+    p.write_text(json.dumps(t))
+    return p
+
+
+@pytest.fixture
+def store(tmp_path):
+    return data.build_store('embedded', tmp_path/'st', shard_tokens=20_000, max_tokens=60_000)
+
+
+def test_the_manifest_records_each_tokenizer_file(store):
+    files = read_json(store/'manifest.json')['tokenizer']['files']
+    assert files == data.tokenizer_files(store/'tokenizer') and 'tokenizer.json' in files
+
+
+def test_a_swapped_tokenizer_is_refused_at_open_on_growth_and_by_verify(store, capsys):
+    edited = _swap_the_and(store)
+    want = f'{edited} differs from the manifest'
+    with pytest.raises(data.StoreError, match=want): data.TokenStore(store)
+    with pytest.raises(data.StoreError, match=want): data.open_store(store, data.load_tokenizer('embedded'))
+    shards = read_json(store/'manifest.json')['shards']
+    with pytest.raises(data.StoreError, match=want):
+        data.build_store('embedded', store, shard_tokens=20_000, max_tokens=120_000)   # N12: grown with "and" for "the"
+    assert read_json(store/'manifest.json')['shards'] == shards   # nothing written
+    assert data.verify_store(store) == 1 and want in capsys.readouterr().out
+
+
+def test_an_extra_or_missing_tokenizer_file_is_named(store):
+    (store/'tokenizer'/'added_tokens.json').write_text('{"the": 5}')
+    with pytest.raises(data.StoreError, match=r'tokenizer/added_tokens.json is not in the manifest'): data.TokenStore(store)
+    (store/'tokenizer'/'added_tokens.json').unlink(); (store/'tokenizer'/'tokenizer_config.json').unlink()
+    with pytest.raises(data.StoreError, match=r'tokenizer/tokenizer_config.json is missing'): data.TokenStore(store)
+
+
+def test_an_older_manifest_stays_readable_and_is_checked_by_definition(store):
+    m = read_json(store/'manifest.json'); del m['tokenizer']['files']; atomic_write_json(store/'manifest.json', m)
+    assert len(data.TokenStore(store)) == 60_000                           # readable: the definition matches
+    data.build_store('embedded', store, shard_tokens=20_000, max_tokens=80_000)   # growing records the files from now on
+    assert read_json(store/'manifest.json')['tokenizer']['files'] == data.tokenizer_files(store/'tokenizer')
+    m = read_json(store/'manifest.json'); del m['tokenizer']['files']; atomic_write_json(store/'manifest.json', m)
+    _swap_the_and(store)
+    with pytest.raises(data.StoreError, match=r"tokenizer defines another tokenizer .* than the manifest's"):
+        data.TokenStore(store)
