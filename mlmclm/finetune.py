@@ -39,7 +39,7 @@ from .objectives import activation_bytes, adamw
 from .sizes import GIB, MODEL_SIZES, ModelConfig, memory_estimate, model_config, param_counts, stored_activation_bytes
 from .packing import (HEAD_LOSSES, HeadLoss, batch_backward, collate_packed, collate_padded, micro_batches,
                             to_device, unpack_examples, unpack_tokens)
-from .tasks import (TASKS, Task, entity_f1, load_task, majority_tag, ndcg_encodeval, ndcg_standard,
+from .tasks import (TASKS, Task, entity_f1, load_task, load_task_revision, majority_tag, ndcg_encodeval, ndcg_standard,
                           position_set_f1, resolve_tasks, sentence_macro_f1, squad_em, squad_f1)
 from .results import (StoreWriter, check_checkpoint_name, check_store_path, checkpoint_identity, code_version,
                             current_rows, missing, read_rows)
@@ -50,8 +50,8 @@ __all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'MEMORY_MARGIN', 'FEATURES_MAGIC', 'M
            'check_finetune_config', 'resolve_precision', 'train_steps', 'warmup_steps', 'finetune_memory',
            'token_budget', 'packed_layout', 'examples_fingerprint', 'feature_cache_dir', 'cached_features',
            'encode_pairs', 'RunContext', 'encoders_sha', 'top_k_cosine', 'HeadKind', 'head_kind', 'evaluate',
-           'cap_eval', 'task_model', 'run_model', 'optimizer', 'optimizer_step', 'train_step', 'finetune_run',
-           'st_tokenizer', 'save_sentence_transformer', 'recorded_name', 'finetune_sweep']
+           'cap_eval', 'task_model', 'run_model', 'optimizer', 'optimizer_step', 'train_step', 'dataset_revision',
+           'finetune_run', 'st_tokenizer', 'save_sentence_transformer', 'recorded_name', 'finetune_sweep']
 
 # %% ../nbs/03b_finetune.ipynb #8d3c5f88
 SPECIAL_TOKENS = FINETUNE_OPTIONS['special_tokens'].choices
@@ -842,6 +842,18 @@ def _run_context(task: Task, tok, cfg: FinetuneConfig,
     return RunContext(tok, max_length, device, precision, cfg, tokens, rows, backend, feature_cache_dir(cfg))
 
 
+def dataset_revision(data: dict,       # task name -> its examples, with the `revision` it was loaded at (when known)
+                     train: Task,      # the task the run trains on
+                     evaluated: Task,  # the row's dataset
+                    ) -> str | None:
+    """A row's `dataset_revision`: the revision its dataset was loaded at (`tasks.load_task_revision`: a hub commit,
+    a local folder's content hash, or None), and the training task's after `;train <task>=` when it trains on another."""
+    own = data[evaluated.name].get('revision')
+    if train.name == evaluated.name: return own
+    other = data[train.name].get('revision')
+    return None if own is None and other is None else f'{own};train {train.name}={other}'
+
+
 def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: float, seed: int,
                  cfg: FinetuneConfig,
                  losses: list | None = None,   # each step's training loss is appended here when given
@@ -860,7 +872,7 @@ def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: 
     kept = _train(model, kind, feats, steps, opt, sched, seed, run, eval_tasks, data, [] if losses is None else losses)
     val, test = (_scores(eval_tasks, model, data, s, run) for s in ('validation', 'test'))
     rows = _result_rows(eval_tasks, val, test, run, steps=steps, warmup_steps=warmup, **kept)
-    for r in rows: r['wall_time_s'] = round(time.perf_counter() - t0, 2)
+    for r, t in zip(rows, eval_tasks): r.update(wall_time_s=round(time.perf_counter() - t0, 2), dataset_revision=dataset_revision(data, task, t))
     if cfg.save_retriever and kind.module.embeds:
         save_sentence_transformer(model, tok, Path(cfg.save_retriever)/f'{task.name}-lr{lr:g}-sd{seed}', run.max_length,
                                   cfg.special_tokens)
@@ -939,6 +951,17 @@ def _sweep_record(cfg: FinetuneConfig, results: Path, name: str, ident: str) -> 
     return meta
 
 
+def _load_recorded(name: str, cfg: FinetuneConfig, results: Path, meta: dict) -> dict:
+    """The examples of task `name` at its pinned revisions, with the `revision` loaded; that revision is also added
+    to the sweep's config record (`dataset_revisions`), beside what other workers of the same config loaded."""
+    examples, revision = load_task_revision(TASKS[name], cfg.data_source)
+    record = shard_dir(results)/'configs'/meta['config_hash']/'run.json'
+    run = read_json(record)
+    run.setdefault('dataset_revisions', {})[name] = revision
+    atomic_write_json(record, run)
+    return dict(examples, revision=revision)
+
+
 def finetune_sweep(cfg: FinetuneConfig,
                    force: str | None = None,  # re-run finished runs too; the reason is stored and the new rows supersede
                    lease_s: float = LEASE_S,  # a run claimed by a worker that is gone (or silent this long) is taken over
@@ -954,7 +977,7 @@ def finetune_sweep(cfg: FinetuneConfig,
     base, tok = _base_model(cfg)
     meta, data = _sweep_record(cfg, results, name, ident), {}
     def task(t):   # tag names the dataset itself carries replace the registry's
-        if t not in data: data[t] = load_task(TASKS[t], cfg.data_source)
+        if t not in data: data[t] = _load_recorded(t, cfg, results, meta)
         return dataclasses.replace(TASKS[t], labels=data[t]['labels']) if 'labels' in data[t] else TASKS[t]
     with StoreWriter(results, note=f'finetune {name}') as store:
         for run in tqdm(todo, desc=f'fine-tune {name}', unit='run', disable=not cfg.progress):

@@ -270,3 +270,97 @@ def test_an_older_manifest_stays_readable_and_is_checked_by_definition(store):
     _swap_the_and(store)
     with pytest.raises(data.StoreError, match=r"tokenizer defines another tokenizer .* than the manifest's"):
         data.TokenStore(store)
+
+
+# ---- issue 33 item 13: datasets at a pinned revision, the revision loaded recorded ------------------------------
+import dataclasses
+
+import mlmclm.tasks as tasks
+from mlmclm.results import load_results
+
+
+@pytest.fixture
+def local_sc(tmp_path, monkeypatch):
+    "A sentiment dataset in the hub's layout in a local folder (as `datasets` reads a repo), registered as a task."
+    import datasets
+    monkeypatch.setattr(datasets.config, 'HF_DATASETS_CACHE', str(tmp_path/'hf-cache'))
+    root = tmp_path/'local_sc'; (root/'data').mkdir(parents=True)
+    for split, n in (('train', 16), ('validation', 4), ('test', 4)):
+        datasets.Dataset.from_dict(dict(sentence=[f'film {i} was {"good" if i % 2 else "bad"}' for i in range(n)],
+                                        label=[i % 2 for i in range(n)])).to_parquet(root/'data'/f'{split}-00000-of-00001.parquet')
+    def load_():
+        return {s: [dict(text=r['sentence'], label=r['label']) for r in tasks._hub(str(root), None, s)]
+                for s in ('train', 'validation', 'test')}
+    monkeypatch.setitem(tasks.TASKS, 'local_sc', tasks.Task('local_sc', 'SC', 'sequence', load_, ('bad', 'good'), max_length=64))
+    return root
+
+
+def _sweep(results, task):
+    return ft.finetune_sweep(ft.FinetuneConfig(tasks=task, lrs='1e-3', seeds='0', max_steps=1, eval_every=1, batch_size=4,
+                                               micro_batch_size=4, max_eval_examples=4, results=str(results),
+                                               feature_cache='off', progress=False))
+
+
+def test_a_local_dataset_is_recorded_by_its_content_in_rows_and_the_config(tmp_path, local_sc):
+    data, rev = tasks.load_task_revision(tasks.TASKS['local_sc'])
+    assert rev.startswith('content-sha256:') and len(data['train']) == 16
+    store = _sweep(tmp_path/'r.jsonl', 'local_sc')
+    rows = load_results(store)
+    assert rows['dataset_revision'].tolist() == [rev]
+    record = next((ft.shard_dir(store)/'configs').glob('*/run.json'))
+    assert json.loads(record.read_text())['dataset_revisions'] == {'local_sc': rev}
+    (local_sc/'data'/'test-00000-of-00001.parquet').write_bytes(
+        (local_sc/'data'/'train-00000-of-00001.parquet').read_bytes())   # the data moved
+    assert tasks.load_task_revision(tasks.TASKS['local_sc'])[1] not in (None, rev)
+
+
+def test_embedded_rows_say_no_revision_is_known(tmp_path):
+    rows = load_results(_sweep(tmp_path/'r.jsonl', 'rt_sentiment'))
+    assert 'dataset_revision' in rows and rows['dataset_revision'].isna().all()
+
+
+COMMIT, OTHER = 'a' * 40, 'b' * 40
+
+
+@pytest.fixture
+def hub_calls(monkeypatch, tmp_path):
+    "`datasets.load_dataset` as the hub answers: the data cached in a folder named by the commit loaded."
+    import datasets
+    calls = []
+    def load_dataset(path, name=None, split=None, revision=None):
+        calls.append(dict(path=path, name=name, split=split, revision=revision))
+        commit = revision if revision and len(revision) == 40 else COMMIT
+        return SimpleNamespace(cache_files=[dict(filename=str(tmp_path/'cache'/path/'default'/'0.0.0'/commit/'x.arrow'))])
+    monkeypatch.setattr(datasets, 'load_dataset', load_dataset)
+    return calls
+
+
+def _hub_task(revisions=()):
+    def load_():
+        tasks._hub('org/a', None, 'train'); tasks._hub('org/a', None, 'test')
+        return dict(train=[], validation=[], test=[])
+    return tasks.Task('pinned', 'SC', 'sequence', load_, revisions=revisions)
+
+
+def test_a_pinned_revision_is_passed_to_load_dataset_and_recorded(hub_calls):
+    assert tasks.load_task_revision(_hub_task())[1] == COMMIT                   # unpinned: the commit the hub gave
+    assert [c['revision'] for c in hub_calls] == [None, None]
+    hub_calls.clear()
+    assert tasks.load_task_revision(_hub_task((('org/a', OTHER),)))[1] == OTHER
+    assert [c['revision'] for c in hub_calls] == [OTHER, OTHER]
+
+
+def test_a_task_reading_two_repos_records_both(hub_calls):
+    def load_():
+        tasks._hub('org/corpus', 'corpus', 'corpus'); tasks._hub('org/qrels', None, 'test')
+        return dict(train=[], validation=[], test=[])
+    task = tasks.Task('two', 'IR', 'embedding', load_, revisions=(('org/qrels', OTHER),))
+    assert tasks.load_task_revision(task)[1] == f'org/corpus@{COMMIT};org/qrels@{OTHER}'
+
+
+def test_the_rows_revision_names_the_training_task_when_it_trains_on_another():
+    data = dict(msmarco=dict(revision='r1'), msmarco_pairs=dict(revision='r2'), rt_sentiment={})
+    T = tasks.TASKS
+    assert ft.dataset_revision(data, T['msmarco_pairs'], T['msmarco']) == 'r1;train msmarco_pairs=r2'
+    assert ft.dataset_revision(data, T['msmarco_pairs'], T['msmarco_pairs']) == 'r2'
+    assert ft.dataset_revision(data, T['rt_sentiment'], T['rt_sentiment']) is None
