@@ -33,7 +33,8 @@ from .core import (LEASE_S, ConfigError, atomic_path, atomic_write_json, config_
                          project_root, read_json, seed_everything, write_run_record)
 from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL_AXES
 from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir
-from .model import HEADS, Head, TaskModel, Transformer, build_model, check_checkpoint, default_backend, layout_of, load, save
+from .model import (HEADS, Head, TaskModel, Transformer, build_model, check_checkpoint, compile_blocks, default_backend,
+                          layout_of, load, save)
 from .data import load_tokenizer, tokenizer_sha
 from .objectives import activation_bytes, adamw
 from .sizes import GIB, MODEL_SIZES, ModelConfig, memory_estimate, model_config, param_counts, stored_activation_bytes
@@ -50,8 +51,9 @@ __all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'MEMORY_MARGIN', 'FEATURES_MAGIC', 'M
            'check_finetune_config', 'resolve_precision', 'train_steps', 'warmup_steps', 'finetune_memory',
            'token_budget', 'packed_layout', 'examples_fingerprint', 'feature_cache_dir', 'cached_features',
            'encode_pairs', 'RunContext', 'encoders_sha', 'top_k_cosine', 'HeadKind', 'head_kind', 'evaluate',
-           'cap_eval', 'task_model', 'run_model', 'optimizer', 'optimizer_step', 'train_step', 'dataset_revision',
-           'finetune_run', 'st_tokenizer', 'save_sentence_transformer', 'recorded_name', 'finetune_sweep']
+           'cap_eval', 'task_model', 'compiled', 'run_model', 'optimizer', 'optimizer_step', 'train_step',
+           'dataset_revision', 'finetune_run', 'st_tokenizer', 'save_sentence_transformer', 'recorded_name',
+           'finetune_sweep']
 
 # %% ../nbs/03b_finetune.ipynb #8d3c5f88
 SPECIAL_TOKENS = FINETUNE_OPTIONS['special_tokens'].choices
@@ -762,11 +764,18 @@ def task_model(base, kind: HeadKind, task: Task, cfg: FinetuneConfig) -> TaskMod
                      pooling=cfg.pooling)
 
 
+def compiled(run: RunContext) -> bool:
+    "Whether the run's blocks are compiled: `compile` as given; None: on CUDA (where it pays), off elsewhere."
+    return run.cfg.compile if run.cfg.compile is not None else run.device.type == 'cuda'
+
+
 def run_model(base, kind: HeadKind, task: Task, run: RunContext) -> TaskModel:
-    "The model `finetune_run` trains: `task_model` on the run's device, with its attention backend and number format."
+    """The model `finetune_run` trains: `task_model` on the run's device, with its attention backend and number format,
+    its blocks compiled when `compiled(run)`."""
     model = task_model(base, kind, task, run.cfg).to(run.device)
     if run.backend: model.config.attn_backend = run.backend   # the copy's config: every layer of it reads this one
     if run.precision == 'pure_bf16': model.to(torch.bfloat16)   # before AdamW: its states follow the parameters' dtype
+    if compiled(run): compile_blocks(model)
     return model
 
 
@@ -786,17 +795,30 @@ def optimizer_step(model, opt, sched) -> None:
     opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
 
 
-def train_step(model, kind: HeadKind, batch: list[dict], run: RunContext, opt, sched) -> float:
-    "One optimizer step on one batch: its gradient accumulated micro-batch by micro-batch, then applied; its loss."
+def train_step(model, kind: HeadKind, batch: list[dict], run: RunContext, opt, sched) -> torch.Tensor:
+    """One optimizer step on one batch: its gradient accumulated micro-batch by micro-batch, then applied; its loss,
+    a 0-d tensor on the run's device (reading it would make the host wait for the device: `_train` reads them in bulk)."""
     model.train()
     loss = batch_backward(model, kind.head, batch, run.tok.pad_token_id, run.tokens if run.cfg.packing else None,
                           run.cfg.micro_batch_size, run.cfg.packing, run.autocast, run.row_tokens)
     optimizer_step(model, opt, sched)
-    return loss.item()
+    return loss
 
 
 def _scores(eval_tasks, model, data, split, run: RunContext) -> list[dict]:
     return [evaluate(t, model, cap_eval(data[t.name][split], run.cfg.max_eval_examples), run) for t in eval_tasks]
+
+
+def _read_losses(pending: list, losses: list, lrs: list, steps: int) -> None:
+    """Move the losses of the steps since the last read from the device (one wait for all of them) onto `losses`;
+    a non-finite one stops the run, as pretraining does: a diverged run never scores or stores."""
+    values, first = (torch.stack(pending).float().cpu().tolist() if pending else []), len(lrs) - len(pending)
+    pending.clear()
+    for k, v in enumerate(values):
+        losses.append(v)
+        if not math.isfinite(v):
+            raise FloatingPointError(f"fine-tuning loss is {v} at step {first + k + 1} of {steps} (learning rate "
+                                     f"{lrs[first + k]:.3g} there): the run diverged and is stopped")
 
 
 def _train(model, kind, feats, steps, opt, sched, seed, run: RunContext, eval_tasks, data, losses: list) -> dict:
@@ -804,12 +826,12 @@ def _train(model, kind, feats, steps, opt, sched, seed, run: RunContext, eval_ta
     `select_step='best'` (earlier mlmclm) the step of the best validation score, whose weights are restored."""
     cfg, best = run.cfg, (-1.0, None, None)   # validation score, step, weights
     order = np.random.default_rng(seed).permutation(len(feats))
+    pending, lrs = [], []   # losses still on the device, and the learning rate after each step (host floats)
     for step in range(1, steps + 1):
         idx = order[(step - 1) * cfg.batch_size: step * cfg.batch_size]
-        losses.append(train_step(model, kind, [feats[i] for i in idx], run, opt, sched))
-        if not math.isfinite(losses[-1]):   # as pretraining does: a diverged run stops, it never scores or stores
-            raise FloatingPointError(f"fine-tuning loss is {losses[-1]} at step {step} of {steps} (learning rate "
-                                     f"{opt.param_groups[0]['lr']:.3g} there): the run diverged and is stopped")
+        pending.append(train_step(model, kind, [feats[i] for i in idx], run, opt, sched))
+        lrs.append(opt.param_groups[0]['lr'])
+        if step % cfg.eval_every == 0 or step == steps: _read_losses(pending, losses, lrs, steps)
         if cfg.select_step == 'best' and (step % cfg.eval_every == 0 or step == steps):
             score = float(np.mean([s['score'] for s in _scores(eval_tasks, model, data, 'validation', run)]))
             if score > best[0]: best = (score, step, {k: v.detach().clone() for k, v in model.state_dict().items()})

@@ -238,6 +238,7 @@ class FinetuneConfig:
     results: str | None = param(None, 'results store (JSON lines); <project>/runs/finetune/results.jsonl by default')
     save_retriever: str | None = param(None, 'folder to save trained retrievers as SentenceTransformer models')
     device: str | None = param(None, "'cpu', 'cuda', ...; None picks")
+    compile: bool | None = param(None, 'torch.compile each transformer block; None: on CUDA, off elsewhere')
     progress: bool = param(True, 'show a progress bar')
 
 

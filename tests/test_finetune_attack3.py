@@ -364,3 +364,84 @@ def test_the_rows_revision_names_the_training_task_when_it_trains_on_another():
     assert ft.dataset_revision(data, T['msmarco_pairs'], T['msmarco']) == 'r1;train msmarco_pairs=r2'
     assert ft.dataset_revision(data, T['msmarco_pairs'], T['msmarco_pairs']) == 'r2'
     assert ft.dataset_revision(data, T['rt_sentiment'], T['rt_sentiment']) is None
+
+
+# ---- issue 33 item 11: the training loop does not wait on the device ---------------------------------------------
+from mlmclm.model import HostSyncs
+from mlmclm.packing import collate_packed, staged
+from mlmclm.tasks import TASKS
+
+
+@pytest.fixture(scope='module')
+def tiny():
+    base, tok = ft._load_base(ft.FinetuneConfig())
+    return base, tok, {'rt_sentiment': TASKS['rt_sentiment'].load()}
+
+
+def _train_syncs(tiny, steps, monkeypatch=None, **options):
+    base, tok, data = tiny
+    task = TASKS['rt_sentiment']
+    cfg = ft.FinetuneConfig(**{**dict(max_steps=steps, batch_size=8, micro_batch_size=4, micro_batch_tokens=160, device='cpu',
+                                      feature_cache='off', eval_every=50), **options})
+    run = ft._run_context(task, tok, cfg)
+    kind = ft.KINDS['sequence']
+    model = ft.run_model(base, kind, task, run)
+    feats = kind.features(data['rt_sentiment']['train'], run)
+    opt, sched = ft.optimizer(model, 1e-3, steps, 1, run.device)
+    if monkeypatch:   # the loop alone: the CPU's own waits (AdamW's step count, the reference attention) left out
+        monkeypatch.setattr(ft, 'batch_backward', lambda *a, **k: torch.ones(()) * sched.last_epoch)
+        monkeypatch.setattr(ft, 'optimizer_step', lambda model, opt, sched: (opt.step(), sched.step()))
+    losses = []
+    with HostSyncs() as syncs:
+        ft._train(model, kind, feats, steps, opt, sched, 0, run, [task], data, losses)
+    return syncs, losses
+
+
+def test_training_steps_read_their_losses_in_bulk_not_each_step(tiny, monkeypatch):
+    "Before: `loss.item()` after every step, a host wait per step; now one read per `eval_every` steps and at the end."
+    syncs, losses = _train_syncs(tiny, 12, monkeypatch)
+    assert losses == [float(s) for s in range(12)]
+    assert syncs.count == 0, dict(syncs.ops)   # before: 12 (`.item()`); the bulk reads (`.cpu().tolist()`) wait once each on a GPU
+
+
+def test_a_diverged_step_is_still_named_with_its_learning_rate(tiny, monkeypatch):
+    real = ft.batch_backward
+    calls = []
+    def nan_at_3(*a, **k):
+        calls.append(1)
+        out = real(*a, **k)
+        return out * float('nan') if len(calls) == 3 else out
+    monkeypatch.setattr(ft, 'batch_backward', nan_at_3)
+    with pytest.raises(FloatingPointError, match=r'fine-tuning loss is nan at step 3 of 12 \(learning rate '):
+        _train_syncs(tiny, 12, eval_every=4)
+    assert len(calls) == 4   # found at the first read after it (step 4), not at the end
+
+
+def test_staged_batches_are_the_collated_batches_one_ahead():
+    feats = [dict(input_ids=list(range(3, 3 + n)), label=n % 2) for n in (5, 9, 3, 7, 4)]
+    made = []
+    def batches():
+        for i in range(0, 5, 2):
+            made.append(i); yield collate_packed(feats[i:i + 2], 0)
+    got = []
+    for b in staged(batches(), 'cpu'):
+        got.append((len(made), b)) 
+    assert [n for n, _ in got] == [2, 3, 3]   # when batch k is handed out, batch k + 1 is already collated
+    for (_, b), i in zip(got, range(0, 5, 2)):
+        want = collate_packed(feats[i:i + 2], 0)
+        assert b.keys() == want.keys() and all(torch.equal(b[k], want[k]) if torch.is_tensor(want[k]) else b[k] == want[k]
+                                               for k in want)
+    assert list(staged(iter([]), 'cpu')) == []
+
+
+def test_blocks_are_compiled_only_where_asked_or_on_cuda(tiny, monkeypatch):
+    base, tok, _ = tiny
+    task, kind = TASKS['rt_sentiment'], ft.KINDS['sequence']
+    compiled = []
+    monkeypatch.setattr(ft, 'compile_blocks', lambda model, **kw: compiled.append(model) or model)
+    for option, device, want in ((None, 'cpu', False), (True, 'cpu', True), (False, 'cpu', False)):
+        run = ft._run_context(task, tok, ft.FinetuneConfig(compile=option, device=device, feature_cache='off'))
+        ft.run_model(base, kind, task, run)
+        assert (len(compiled) == 1) == want, (option, device); compiled.clear()
+    run = ft._run_context(task, tok, ft.FinetuneConfig(device='cpu', feature_cache='off'))
+    assert ft.compiled(dataclasses.replace(run, device=torch.device('cuda'))) is True
