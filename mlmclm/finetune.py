@@ -775,7 +775,7 @@ def run_model(base, kind: HeadKind, task: Task, run: RunContext) -> TaskModel:
     model = task_model(base, kind, task, run.cfg).to(run.device)
     if run.backend: model.config.attn_backend = run.backend   # the copy's config: every layer of it reads this one
     if run.precision == 'pure_bf16': model.to(torch.bfloat16)   # before AdamW: its states follow the parameters' dtype
-    if compiled(run): compile_blocks(model)
+    if compiled(run): compile_blocks(model, dynamic=True)   # packed passes vary in length: one graph for all of them
     return model
 
 

@@ -368,7 +368,7 @@ def test_the_rows_revision_names_the_training_task_when_it_trains_on_another():
 
 # ---- issue 33 item 11: the training loop does not wait on the device ---------------------------------------------
 from mlmclm.model import HostSyncs
-from mlmclm.packing import collate_packed, staged
+from mlmclm.packing import collate_packed
 from mlmclm.tasks import TASKS
 
 
@@ -418,6 +418,7 @@ def test_a_diverged_step_is_still_named_with_its_learning_rate(tiny, monkeypatch
 
 
 def test_staged_batches_are_the_collated_batches_one_ahead():
+    from mlmclm.packing import staged
     feats = [dict(input_ids=list(range(3, 3 + n)), label=n % 2) for n in (5, 9, 3, 7, 4)]
     made = []
     def batches():
