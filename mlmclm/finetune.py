@@ -40,7 +40,7 @@ from .objectives import activation_bytes, adamw
 from .sizes import GIB, MODEL_SIZES, ModelConfig, memory_estimate, model_config, param_counts, stored_activation_bytes
 from .packing import (HEAD_LOSSES, HeadLoss, batch_backward, collate_packed, collate_padded, micro_batches,
                             to_device, unpack_examples, unpack_tokens)
-from .tasks import (TASKS, Task, entity_f1, load_task, load_task_revision, majority_tag, ndcg_encodeval, ndcg_standard,
+from .tasks import (TASKS, Task, entity_f1, load_task_revision, majority_tag, ndcg_encodeval, ndcg_standard,
                           position_set_f1, resolve_tasks, sentence_macro_f1, squad_em, squad_f1)
 from .results import (StoreWriter, check_checkpoint_name, check_store_path, checkpoint_identity, code_version,
                             current_rows, missing, read_rows)
