@@ -261,12 +261,13 @@ def token_budget(device: torch.device,  # where the run trains
     tokens = int((usable - m['state']) / m['per_token']) if usable > m['state'] else 0
     if tokens < max_length:
         need = m['state'] + max_length * m['per_token']
+        smaller = '' if precision == 'pure_bf16' else "precision='pure_bf16', "
         raise ConfigError(
             f"fine-tuning a {m['parameters'] / 1e9:.2f}B-parameter model in precision={precision!r} needs "
             f"{need:.1f} GiB for one input of max_length={max_length} tokens (weights, gradients and AdamW state "
             f"{m['state']:.1f} GiB + {m['per_token'] * GIB / 1e6:.2f} MB of activations per token), more than the "
-            f"{usable:.1f} GiB usable on this GPU ({card:.1f} GiB less {MEMORY_MARGIN:.0%}): use precision='pure_bf16', "
-            f"a smaller max_length, or a larger GPU")
+            f"{usable:.1f} GiB usable on this GPU ({card:.1f} GiB less {MEMORY_MARGIN:.0%}): use {smaller}a smaller "
+            f"max_length, or a larger GPU")
     return max(tokens // 1024 * 1024, max_length)
 
 
@@ -306,14 +307,21 @@ def _others_can_write(folder: Path) -> str | None:
     return None
 
 
-def feature_cache_dir(cfg) -> Path | None:
-    """The folder of cached features for `cfg` (a `FinetuneConfig`); None when `feature_cache='off'`. By default this
-    user's own folder, `features/uid-<uid>` beside the results store; a default folder that others could write is
-    not used (warned). A folder given by `feature_cache` or `$MLMCLM_FEATURE_CACHE` is used as given."""
+def feature_cache_dir(cfg,                  # a `FinetuneConfig`
+                      create: bool = False, # make the default folder now, readable and writable by this user only
+                     ) -> Path | None:
+    """The folder of cached features for `cfg`; None when `feature_cache='off'`. By default this user's own folder,
+    `features/uid-<uid>` beside the results store (made with mode 700 when `create`, whatever the umask); a default
+    folder that others could write is not used (warned). A folder given by `feature_cache` or
+    `$MLMCLM_FEATURE_CACHE` is used as given."""
     if cfg.feature_cache == 'off': return None
     if cfg.feature_cache: return Path(cfg.feature_cache)
     if os.environ.get('MLMCLM_FEATURE_CACHE'): return Path(os.environ['MLMCLM_FEATURE_CACHE'])
     folder = Path(cfg.results or project_root()/'runs'/'finetune'/'results.jsonl').parent/'features'/f'uid-{os.getuid()}'
+    if create and not os.path.lexists(folder):
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        try: folder.mkdir(mode=0o700)
+        except FileExistsError: pass   # another job of ours made it meanwhile
     if why := _others_can_write(folder):
         warnings.warn(f'feature cache: {folder} {why}, so another user could plant features in it; this run tokenizes '
                       f'without a cache (remove the folder, or give feature_cache= explicitly)', RuntimeWarning, stacklevel=2)
@@ -861,7 +869,7 @@ def _run_context(task: Task, tok, cfg: FinetuneConfig,
     precision = resolve_precision(cfg.precision, device)
     backend, rows = packed_layout(device, max_length, precision) if cfg.packing else (None, None)
     tokens = (cfg.micro_batch_tokens or token_budget(device, max_length, config, precision, backend)) if cfg.packing else None
-    return RunContext(tok, max_length, device, precision, cfg, tokens, rows, backend, feature_cache_dir(cfg))
+    return RunContext(tok, max_length, device, precision, cfg, tokens, rows, backend, feature_cache_dir(cfg, create=True))
 
 
 def dataset_revision(data: dict,       # task name -> its examples, with the `revision` it was loaded at (when known)

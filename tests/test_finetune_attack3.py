@@ -446,3 +446,22 @@ def test_blocks_are_compiled_only_where_asked_or_on_cuda(tiny, monkeypatch):
         assert (len(compiled) == 1) == want, (option, device); compiled.clear()
     run = ft._run_context(task, tok, ft.FinetuneConfig(device='cpu', feature_cache='off'))
     assert ft.compiled(dataclasses.replace(run, device=torch.device('cuda'))) is True
+
+
+def test_the_default_cache_folder_is_made_for_this_user_alone_whatever_the_umask(tmp_path, monkeypatch):
+    monkeypatch.delenv('MLMCLM_FEATURE_CACHE', raising=False)
+    old = os.umask(0o002)   # a group-sharing umask, common on clusters
+    try: folder = ft.feature_cache_dir(ft.FinetuneConfig(results=str(tmp_path/'r.jsonl')), create=True)
+    finally: os.umask(old)
+    assert folder == tmp_path/'features'/f'uid-{os.getuid()}' and (folder.stat().st_mode & 0o777) == 0o700
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')   # used again without a warning
+        assert ft.feature_cache_dir(ft.FinetuneConfig(results=str(tmp_path/'r.jsonl')), create=True) == folder
+
+
+def test_a_pinned_commit_that_is_not_the_one_loaded_is_an_error(monkeypatch, tmp_path):
+    import datasets
+    monkeypatch.setattr(datasets, 'load_dataset', lambda path, name=None, split=None, revision=None: SimpleNamespace(
+        cache_files=[dict(filename=str(tmp_path/path/'default'/'0.0.0'/COMMIT/'x.arrow'))]))
+    with pytest.raises(ConfigError, match=f'org/a was pinned to revision {OTHER} but {COMMIT} was loaded'):
+        tasks.load_task_revision(_hub_task((('org/a', OTHER),)))
