@@ -722,12 +722,14 @@ def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classificati
     backend, max_length = attn_backend or default_backend(dev), TASKS[task].max_length
     # the packed side as `finetune_run` packs: `token_budget` tokens per pass, attention as `packed_layout` says
     packed_backend, rows = packed_layout(dev, max_length, 'pure_bf16' if bf16 else 'fp32')
-    sides = sides or finetune_sides(max_tokens or token_budget(dev, max_length), rows, packed_backend)
-    times, cpu = {s.name: [] for s in sides}, {s.name: [] for s in sides}
     with tempfile.TemporaryDirectory() as scratch:
         folder, tok = _bench_checkpoint(checkpoint, size, Path(scratch))
+        shape, precision = config_from_hf(read_json(folder/'config.json')), 'pure_bf16' if bf16 else 'fp32'
+        budget = max_tokens or token_budget(dev, max_length, shape, precision, packed_backend)   # this model's
+        sides = sides or finetune_sides(budget, rows, packed_backend)
+        times, cpu = {s.name: [] for s in sides}, {s.name: [] for s in sides}
         examples = finetune_examples(task, tok, steps * FT_BATCH)
-        with torch.device('meta'): body = Transformer(config_from_hf(read_json(folder/'config.json'))).model
+        with torch.device('meta'): body = Transformer(shape).model
         n_body = sum(p.numel() for p in body.parameters()) - body.embed_tokens.weight.numel()   # `study` prices by it
         for r in range(reps):
             for side in sides[r % len(sides):] + sides[:r % len(sides)]:

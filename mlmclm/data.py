@@ -35,8 +35,8 @@ __all__ = ['DEFAULT_REAL_TOKENIZER', 'FINEWEB_EDU', 'DEFAULT_FINEWEB_SUBSET', 'B
            'LLAMA3_SPLIT_PATTERN', 'STORE_FORMAT', 'DEFAULT_SHARD_TOKENS', 'DOCS_PER_UNIT', 'tokenizer_dir',
            'build_tokenizer', 'ensure_special_tokens', 'load_tokenizer', 'finite_documents', 'epoch_order',
            'fineweb_documents', 'tokenize', 'packed_rows', 'batches', 'StoreError', 'StoreSource', 'store_source',
-           'tokenizer_sha', 'default_store_dir', 'store_path', 'build_store', 'TokenStore', 'open_store',
-           'pipeline_throughput', 'verify_store', 'main']
+           'tokenizer_sha', 'tokenizer_files', 'default_store_dir', 'store_path', 'build_store', 'TokenStore',
+           'open_store', 'pipeline_throughput', 'verify_store', 'main']
 
 # %% ../nbs/01a_data.ipynb #2bb93a59
 DEFAULT_REAL_TOKENIZER = PRETRAIN.tokenizer            # the paper's tokenizer (gated on the hub)
@@ -528,20 +528,59 @@ def _read_manifest(folder: Path) -> dict:
     return m
 
 
+def tokenizer_files(folder: Path) -> dict[str, str]:
+    "The SHA-256 of each file of a saved tokenizer folder (a store's `tokenizer/`), by file name."
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(folder).iterdir()) if p.is_file()}
+
+
+def _tokenizer_problem(folder: Path, m: dict) -> str | None:
+    """What makes the store's saved `tokenizer/` (the one builds tokenize with) differ from what its manifest records,
+    or None: each file against `tokenizer.files`; a manifest written before those were recorded, by the definition the
+    folder loads to against `tokenizer.sha256` (`tokenizer_sha`)."""
+    saved, want = folder/'tokenizer', m['tokenizer'].get('files')
+    if not saved.is_dir(): return f'{saved} is missing'
+    if want is None:
+        try: got = tokenizer_sha(load_tokenizer(saved))
+        except Exception as e: return f'{saved} cannot be loaded ({type(e).__name__}: {e})'
+        return None if got == m['tokenizer'].get('sha256') else \
+            f"{saved} defines another tokenizer (sha256 {got[:12]}...) than the manifest's ({str(m['tokenizer'].get('sha256'))[:12]}...)"
+    if not (isinstance(want, dict) and all(isinstance(v, str) for v in want.values())):
+        return f"the manifest's tokenizer.files is {want!r}, not file names and their SHA-256"
+    have = tokenizer_files(saved)
+    for name in sorted(set(want) | set(have)):
+        if name not in have: return f'{saved/name} is missing'
+        if name not in want: return f'{saved/name} is not in the manifest'
+        if have[name] != want[name]:
+            return f'{saved/name} differs from the manifest (sha256 {have[name][:12]}..., it records {want[name][:12]}...)'
+    return None
+
+
+def _check_tokenizer(folder: Path, m: dict) -> None:
+    "Refuse a store whose saved tokenizer is not the one it was built with, naming the file (`_tokenizer_problem`)."
+    if problem := _tokenizer_problem(folder, m):
+        raise StoreError(f"{problem}: the store's saved tokenizer is not the one it was built with "
+                         f"({m['tokenizer'].get('name')!r}), and its shards would be read or grown with another; "
+                         f"restore {folder/'tokenizer'} from a copy, or build the store again into another folder")
+
+
 def _open_manifest(folder: Path, head: dict, shard_tokens: int, max_tokens: int | None, tokenizer) -> dict:
     "The manifest to build from: a new one, or the folder's own checked against `head` and made ready to resume."
     path = folder/'manifest.json'
     if path.is_file():
         m = _read_manifest(folder)
-        same = lambda k: m.get(k) == head[k] or (k == 'tokenizer' and {**m[k], 'name': None} == {**head[k], 'name': None})
+        plain = lambda t: {**t, 'name': None, 'files': None}   # which name, and the saved files, are checked apart
+        same = lambda k: m.get(k) == head[k] or (k == 'tokenizer' and plain(m[k]) == plain(head[k]))
         differ = sorted(k for k in head if not same(k)) + (['shard_tokens'] if m['shard_tokens'] != shard_tokens else [])
         if differ:
             raise StoreError(f'{folder} holds a token store made with other {differ} '
                              f'(it has {[m.get(k) for k in differ]}); build into another folder')
+        _check_tokenizer(folder, m)
+        m['tokenizer'].setdefault('files', tokenizer_files(folder/'tokenizer'))   # an older manifest: recorded from now on
         return _resume_manifest(folder, m, max_tokens)
     tokenizer.save_pretrained(str(folder/'tokenizer'))
     m = dict(head, shard_tokens=shard_tokens, max_tokens=max_tokens, shards=[], cursor=dict(unit=0, token=0),
              complete=False, builds=[])
+    m['tokenizer'] = dict(head['tokenizer'], files=tokenizer_files(folder/'tokenizer'))
     atomic_write_json(path, m)
     return m
 
@@ -643,6 +682,7 @@ class TokenStore:
         if not m['complete']:
             raise StoreError(f"{self.folder}: the build has not finished ({len(m['shards'])} shards so far); rerun the "
                              f"same `build-store` command to finish it")
+        _check_tokenizer(self.folder, m)
         self.n_tokens, self.shard_tokens = m['n_tokens'], m['shard_tokens']
         # every shard's header and size, and the totals: a few reads per shard, no data (checksums: `_shard`)
         problem = next((p for s in m['shards'] if (p := _check_shard(self.folder, s, m['dtype'], checksums=False))), None)
@@ -726,6 +766,16 @@ def pipeline_throughput(data: str | Path = EMBEDDED,  # as in `packed_rows`
     return n * seq_len / (time.perf_counter() - t)
 
 # %% ../nbs/01a_data.ipynb #8f40f734
+def _token_count(text: str) -> int:
+    "A `--max-tokens` value: a whole number of tokens >= 1, written as an integer or a float (`1.3e11`)."
+    import argparse, math
+    try: n = float(text)
+    except ValueError: n = math.nan
+    if not (math.isfinite(n) and n >= 1 and n == int(n)):   # 1e400 is inf: int() would raise OverflowError
+        raise argparse.ArgumentTypeError(f'{text!r} is not a whole number of tokens >= 1 (e.g. 1.3e11)')
+    return int(n)
+
+
 def _cli() -> 'argparse.ArgumentParser':
     import argparse
     p = argparse.ArgumentParser(prog='python -m mlmclm.data', description='Build and check token stores.')
@@ -741,7 +791,7 @@ def _cli() -> 'argparse.ArgumentParser':
     b.add_argument('--store-dir', help='where stores go when --out is not given (default <project>/stores)')
     b.add_argument('--workers', type=int, default=1); b.add_argument('--seed', type=int, default=42)
     b.add_argument('--shard-tokens', type=int, default=DEFAULT_SHARD_TOKENS)
-    b.add_argument('--max-tokens', type=lambda v: int(float(v)), help='stop after this many tokens (e.g. 1.3e11)')
+    b.add_argument('--max-tokens', type=_token_count, help='stop after this many tokens (e.g. 1.3e11)')
     v = sub.add_parser('verify-store', help="check every shard's checksum and the manifest's totals")
     v.add_argument('folder')
     return p
@@ -753,6 +803,7 @@ def verify_store(folder: str | Path) -> int:
     m = _read_manifest(folder)
     problems = [e for s in m['shards'] if (e := _check_shard(folder, s, m['dtype']))]
     problems += [f"{folder/'manifest.json'}: {p}" for p in [_layout_problem(m)] if p]
+    problems += [p for p in [_tokenizer_problem(folder, m)] if p]
     problems += [] if m['complete'] else [f'{folder}: the build has not finished; rerun its `build-store` command']
     print('\n'.join(problems) or f"{folder}: {len(m['shards'])} shards, checksums match")
     return 1 if problems else 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import errno
 import functools
 import hashlib
 import inspect
@@ -15,6 +16,7 @@ import itertools
 import json
 import math
 import os
+import stat
 import time
 import warnings
 import zipfile
@@ -32,23 +34,25 @@ from .core import (LEASE_S, ConfigError, atomic_path, atomic_write_json, config_
 from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL_AXES
 from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir, sweep_settings
 from .model import (HEADS, Head, TaskModel, Transformer, build_model, check_checkpoint, check_finite_weights,
-                          default_backend, layout_of, load, save)
+                          compile_blocks, default_backend, layout_of, load, save)
 from .data import load_tokenizer, tokenizer_sha
-from .objectives import adamw
+from .objectives import activation_bytes, adamw
+from .sizes import GIB, MODEL_SIZES, ModelConfig, memory_estimate, model_config, param_counts, stored_activation_bytes
 from .packing import (HEAD_LOSSES, HeadLoss, batch_backward, collate_packed, collate_padded, micro_batches,
                             to_device, unpack_examples, unpack_tokens)
-from .tasks import (TASKS, Task, entity_f1, load_task, majority_tag, ndcg_encodeval, ndcg_standard,
+from .tasks import (TASKS, Task, entity_f1, load_task_revision, majority_tag, ndcg_encodeval, ndcg_standard,
                           position_set_f1, resolve_tasks, sentence_macro_f1, squad_em, squad_f1)
 from .results import (StoreWriter, check_checkpoint_name, check_store_path, checkpoint_identity, code_version,
                             current_rows, missing, read_rows)
 
 # %% auto #0
-__all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'TOKENS_PER_GIB', 'FEATURES_MAGIC', 'KINDS', 'ST_POOLING', 'wrap', 'encode_sequence',
-           'word_of_tokens', 'encode_tokens', 'encode_answer_tokens', 'encode_spans', 'encode_texts',
-           'check_finetune_config', 'resolve_precision', 'train_steps', 'warmup_steps', 'token_budget', 'packed_layout',
-           'examples_fingerprint', 'feature_cache_dir', 'cached_features', 'encode_pairs', 'RunContext', 'encoders_sha',
-           'top_k_cosine', 'HeadKind', 'head_kind', 'evaluate', 'cap_eval', 'task_model', 'run_model', 'optimizer',
-           'optimizer_step', 'train_step', 'finetune_run', 'st_tokenizer', 'save_sentence_transformer', 'recorded_name',
+__all__ = ['SPECIAL_TOKENS', 'CPU_TOKENS', 'MEMORY_MARGIN', 'FEATURES_MAGIC', 'MAX_FEATURES_BYTES', 'KINDS', 'ST_POOLING', 'wrap',
+           'encode_sequence', 'word_of_tokens', 'encode_tokens', 'encode_answer_tokens', 'encode_spans', 'encode_texts',
+           'check_finetune_config', 'resolve_precision', 'train_steps', 'warmup_steps', 'finetune_memory',
+           'token_budget', 'packed_layout', 'examples_fingerprint', 'feature_cache_dir', 'cached_features',
+           'encode_pairs', 'RunContext', 'encoders_sha', 'top_k_cosine', 'HeadKind', 'head_kind', 'evaluate',
+           'cap_eval', 'task_model', 'compiled', 'run_model', 'optimizer', 'optimizer_step', 'train_step',
+           'dataset_revision', 'finetune_run', 'st_tokenizer', 'save_sentence_transformer', 'recorded_name',
            'finetune_sweep']
 
 # %% ../nbs/03b_finetune.ipynb #8d3c5f88
@@ -214,15 +218,58 @@ def warmup_steps(steps: int,
     return max(1, round(FINETUNE.warmup_ratio * steps))
 
 # %% ../nbs/03b_finetune.ipynb #80e643af
-CPU_TOKENS, TOKENS_PER_GIB = 1024, 256
+CPU_TOKENS = 1024       # tokens per packed pass on a CPU: a batch of 32 short examples in one pass
+MEMORY_MARGIN = 0.15    # of a GPU's memory kept free (CUDA context, allocator fragmentation), as `fit_settings` keeps
+
+
+def _activation_bytes(config: ModelConfig, bf16: bool, checkpointed: bool = False, compiled: bool = False) -> float:
+    "Bytes per token per block: the stored measurement of the block's shape, else measured now, eager (`objectives.activation_bytes`)."
+    try: return stored_activation_bytes(config, bf16, checkpointed, compiled)
+    except ConfigError: return activation_bytes(config, bf16, checkpointed)
+
+
+def finetune_memory(config: ModelConfig,  # the checkpoint's shape (`base.config`)
+                    precision: str,       # resolved: 'pure_bf16', 'amp_bf16' or 'fp32'
+                    backend: str,         # the attention kernel of the packed passes (`packed_layout`)
+                   ) -> dict:             # GiB: `state` (weights, gradients, AdamW moments), `per_token` (activations)
+    """What full fine-tuning keeps on the device: the model body's parameters (embeddings, blocks, final norm; a
+    `TaskModel` drops the LM head) with their gradients and AdamW's two moments, all bf16 in 'pure_bf16', all fp32
+    otherwise, plus in 'amp_bf16' autocast's bf16 copies of the block weights; and the activations each token keeps
+    for backward, as `memory_estimate` counts them (the blocks' measured bytes, and the embedding and final norm)."""
+    n = param_counts(config)
+    params, blocks = n['embed'] + n['body'], n['body']
+    bf16 = precision != 'fp32'   # the tables' bf16 rows are autocast's: for pure bf16 an upper bound
+    state = params * (4 * 2 if precision == 'pure_bf16' else 4 * 4) + (2 * blocks if precision == 'amp_bf16' else 0)
+    one = memory_estimate(config, strategy='none', processes=1, micro_batch=1, seq_len=1, objective='mlm', mask_ratio=0.0,
+                          bf16=bf16, attn_backend=backend, activation_bytes=_activation_bytes,   # no LM head loss
+                          compiled=False)   # eager blocks' figure: an upper bound where they are compiled
+    return dict(state=state / GIB, per_token=one['activations_gib'], parameters=params)
+
 
 def token_budget(device: torch.device,  # where the run trains
                  max_length: int,       # the longest input of the run
+                 config: ModelConfig | None = None,  # the checkpoint's shape; None: the largest named size's
+                 precision: str = 'pure_bf16',       # resolved: 'pure_bf16', 'amp_bf16' or 'fp32'
+                 backend: str = 'flash',             # the packed passes' attention kernel (`packed_layout`)
                 ) -> int:               # tokens per packed forward pass
-    "The default `micro_batch_tokens`: 1,024 on a CPU, 256 per GiB of a GPU's memory; at least `max_length`."
+    """The default `micro_batch_tokens`: 1,024 on a CPU (at least `max_length`); on a GPU what its memory holds
+    (less `MEMORY_MARGIN`) once the model's state is paid (`finetune_memory`), in multiples of 1,024 and at least
+    `max_length`. A run whose longest input alone does not fit is refused, with the numbers."""
     if device.type != 'cuda': return max(CPU_TOKENS, max_length)
-    gib = torch.cuda.get_device_properties(device).total_memory / 2**30
-    return max(int(gib * TOKENS_PER_GIB) // 1024 * 1024, max_length)
+    if config is None: config = model_config(max(MODEL_SIZES, key=lambda s: param_counts(s)['all']))
+    card = torch.cuda.get_device_properties(device).total_memory / GIB
+    usable, m = card * (1 - MEMORY_MARGIN), finetune_memory(config, precision, backend)
+    tokens = int((usable - m['state']) / m['per_token']) if usable > m['state'] else 0
+    if tokens < max_length:
+        need = m['state'] + max_length * m['per_token']
+        smaller = '' if precision == 'pure_bf16' else "precision='pure_bf16', "
+        raise ConfigError(
+            f"fine-tuning a {m['parameters'] / 1e9:.2f}B-parameter model in precision={precision!r} needs "
+            f"{need:.1f} GiB for one input of max_length={max_length} tokens (weights, gradients and AdamW state "
+            f"{m['state']:.1f} GiB + {m['per_token'] * GIB / 1e6:.2f} MB of activations per token), more than the "
+            f"{usable:.1f} GiB usable on this GPU ({card:.1f} GiB less {MEMORY_MARGIN:.0%}): use {smaller}a smaller "
+            f"max_length, or a larger GPU")
+    return max(tokens // 1024 * 1024, max_length)
 
 
 def packed_layout(device: torch.device,  # where the run trains
@@ -250,12 +297,37 @@ def examples_fingerprint(examples  # a list of dicts or of texts
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def feature_cache_dir(cfg) -> Path | None:
-    "The folder of cached features for `cfg` (a `FinetuneConfig`); None when `feature_cache='off'`."
+def _others_can_write(folder: Path) -> str | None:
+    "Why another user could write into `folder` (a link, not a folder, not ours, writable by group or others); None: only we can."
+    try: st = os.lstat(folder)
+    except FileNotFoundError: return None   # created by our first write, ours
+    if stat.S_ISLNK(st.st_mode): return 'is a symbolic link'
+    if not stat.S_ISDIR(st.st_mode): return 'is not a folder'
+    if st.st_uid != os.getuid(): return f'belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})'
+    if st.st_mode & 0o022: return f'is writable by its group or others (mode {stat.S_IMODE(st.st_mode):o})'
+    return None
+
+
+def feature_cache_dir(cfg,                  # a `FinetuneConfig`
+                      create: bool = False, # make the default folder now, readable and writable by this user only
+                     ) -> Path | None:
+    """The folder of cached features for `cfg`; None when `feature_cache='off'`. By default this user's own folder,
+    `features/uid-<uid>` beside the results store (made with mode 700 when `create`, whatever the umask); a default
+    folder that others could write is not used (warned). A folder given by `feature_cache` or
+    `$MLMCLM_FEATURE_CACHE` is used as given."""
     if cfg.feature_cache == 'off': return None
     if cfg.feature_cache: return Path(cfg.feature_cache)
     if os.environ.get('MLMCLM_FEATURE_CACHE'): return Path(os.environ['MLMCLM_FEATURE_CACHE'])
-    return Path(cfg.results or project_root()/'runs'/'finetune'/'results.jsonl').parent/'features'
+    folder = Path(cfg.results or project_root()/'runs'/'finetune'/'results.jsonl').parent/'features'/f'uid-{os.getuid()}'
+    if create and not os.path.lexists(folder):
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        try: folder.mkdir(mode=0o700)
+        except FileExistsError: pass   # another job of ours made it meanwhile
+    if why := _others_can_write(folder):
+        warnings.warn(f'feature cache: {folder} {why}, so another user could plant features in it; this run tokenizes '
+                      f'without a cache (remove the folder, or give feature_cache= explicitly)', RuntimeWarning, stacklevel=2)
+        return None
+    return folder
 
 
 def _small(a: np.ndarray) -> np.ndarray:
@@ -343,37 +415,86 @@ def _features_file(feats: list[dict], key: dict) -> bytes:
 
 class _BadFile(ValueError): "Why a feature-cache file cannot be used."
 
-_DAMAGED = (OSError, EOFError, ValueError, KeyError, IndexError, TypeError, StopIteration, zipfile.BadZipFile)
+_DAMAGED = (OSError, EOFError, ValueError, KeyError, IndexError, TypeError, StopIteration, zipfile.BadZipFile, MemoryError,
+            OverflowError, RecursionError)
+MAX_FEATURES_BYTES = 2**32   # a cache file larger than this (4 GiB) is not read: no task's features come near it
+
+
+def _read_regular(path: Path, limit: int = MAX_FEATURES_BYTES) -> bytes:
+    "The bytes of `path` when it is a regular file (no link, FIFO, device or folder) of at most `limit` bytes; else `_BadFile`."
+    try: fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)   # a FIFO opens without waiting for a writer
+    except OSError as e: raise _BadFile('is a symbolic link' if e.errno == errno.ELOOP else f'cannot be opened ({e.strerror})')
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode): raise _BadFile('is not a regular file')
+        if st.st_size > limit: raise _BadFile(f'holds {st.st_size:,} bytes, more than the {limit:,} a cache file may')
+        with os.fdopen(os.dup(fd), 'rb') as f: data = f.read(st.st_size + 1)
+    finally: os.close(fd)
+    if len(data) != st.st_size: raise _BadFile('changed size while it was read')
+    return data
+
+
+def _check_npz(payload: bytes) -> None:
+    """Refuse (`_BadFile`) an `.npz` that `_features_file` could not have written, before any array is allocated: a
+    compressed member (ours are stored) or one whose header promises more bytes than it holds (an allocation bomb)."""
+    with zipfile.ZipFile(io.BytesIO(payload)) as zf:
+        for info in zf.infolist():
+            if info.compress_type != zipfile.ZIP_STORED: raise _BadFile(f'holds a compressed member {info.filename!r}')
+            with zf.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                shape, _, dtype = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
+                                   np.lib.format.read_array_header_2_0)(f)
+            if dtype.hasobject or math.prod(shape) * dtype.itemsize > info.file_size:
+                raise _BadFile(f'holds a member {info.filename!r} whose header ({shape}, {dtype}) does not match its '
+                               f'{info.file_size:,} bytes')
+
 
 def _read_features(path: Path, key: dict) -> list[dict]:
     "The features in the cache file `path`; a `_BadFile` says why they cannot be used."
-    data = path.read_bytes()
+    data = _read_regular(path)
     if not data.startswith(FEATURES_MAGIC): raise _BadFile(f'does not begin with {FEATURES_MAGIC[:-1].decode()!r}')
     digest, _, body = data[len(FEATURES_MAGIC):].partition(b'\n')
     if hashlib.sha256(body).hexdigest().encode() != digest: raise _BadFile('fails its checksum')
     head, _, payload = body.partition(b'\n')
     head = json.loads(head)
     if head['key'] != json.loads(json.dumps(key)): raise _BadFile('holds the features of another key')
+    _check_npz(payload)
     with np.load(io.BytesIO(payload), allow_pickle=False) as z: arrays = {k: z[k] for k in z.files}
     return _unpack(head['layout'], arrays, head['n'])
+
+
+def _drop(path: Path) -> str:
+    "Remove a cache entry that cannot be used; what became of it, for the warning (a folder is left: it may hold anything)."
+    if stat.S_ISDIR(os.lstat(path).st_mode): return 'it is a folder, left as it is; the features are not cached'
+    path.unlink(missing_ok=True)
+    return 'it was removed and is rebuilt'
 
 
 def cached_features(folder: Path,        # the cache folder
                     key: dict,           # everything the features depend on (JSON-able)
                     encode: Callable,    # () -> the features, when the cache has none
                    ) -> list[dict]:
-    "The features of `key` from `folder`, or `encode()`'s, written there atomically for the next run; a damaged file is named, removed and rebuilt."
+    """The features of `key` from `folder`, or `encode()`'s, written there atomically for the next run. An entry that
+    cannot be used (damaged, implausible, not a regular file, unreadable) is a miss: named in a warning, removed and
+    rebuilt; one that cannot be replaced (a folder) or written is warned about and skipped: the cache is optional."""
     name = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=16).hexdigest()
     path = Path(folder)/f"{str(key.get('what', 'features')).split()[0]}-{name}.features"
-    if path.is_file():
+    keep = True
+    if os.path.lexists(path):
         try: return _read_features(path, key)
         except _DAMAGED as e:
             why = str(e) if isinstance(e, _BadFile) else f'cannot be read ({type(e).__name__}: {e})'
-            warnings.warn(f'feature cache: {path} {why}; it was removed and is rebuilt', RuntimeWarning, stacklevel=2)
-            path.unlink(missing_ok=True)
+            fate = _drop(path)
+            keep = fate.startswith('it was removed')
+            warnings.warn(f'feature cache: {path} {why}; {fate}', RuntimeWarning, stacklevel=2)
     feats = encode()
-    data = _features_file(feats, key)
-    with atomic_path(path) as tmp: tmp.write_bytes(data)
+    if keep:
+        try:
+            data = _features_file(feats, key)
+            with atomic_path(path) as tmp: tmp.write_bytes(data)
+        except OSError as e:
+            warnings.warn(f'feature cache: {path} could not be written ({e}); the features are not cached', RuntimeWarning,
+                          stacklevel=2)
     return feats
 
 # %% ../nbs/03b_finetune.ipynb #ab4fb7f4
@@ -652,11 +773,18 @@ def task_model(base, kind: HeadKind, task: Task, cfg: FinetuneConfig) -> TaskMod
                      pooling=cfg.pooling)
 
 
+def compiled(run: RunContext) -> bool:
+    "Whether the run's blocks are compiled: `compile` as given; None: on CUDA (where it pays), off elsewhere."
+    return run.cfg.compile if run.cfg.compile is not None else run.device.type == 'cuda'
+
+
 def run_model(base, kind: HeadKind, task: Task, run: RunContext) -> TaskModel:
-    "The model `finetune_run` trains: `task_model` on the run's device, with its attention backend and number format."
+    """The model `finetune_run` trains: `task_model` on the run's device, with its attention backend and number format,
+    its blocks compiled when `compiled(run)`."""
     model = task_model(base, kind, task, run.cfg).to(run.device)
     if run.backend: model.config.attn_backend = run.backend   # the copy's config: every layer of it reads this one
     if run.precision == 'pure_bf16': model.to(torch.bfloat16)   # before AdamW: its states follow the parameters' dtype
+    if compiled(run): compile_blocks(model, dynamic=True)   # packed passes vary in length: one graph for all of them
     return model
 
 
@@ -676,17 +804,30 @@ def optimizer_step(model, opt, sched) -> None:
     opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
 
 
-def train_step(model, kind: HeadKind, batch: list[dict], run: RunContext, opt, sched) -> float:
-    "One optimizer step on one batch: its gradient accumulated micro-batch by micro-batch, then applied; its loss."
+def train_step(model, kind: HeadKind, batch: list[dict], run: RunContext, opt, sched) -> torch.Tensor:
+    """One optimizer step on one batch: its gradient accumulated micro-batch by micro-batch, then applied; its loss,
+    a 0-d tensor on the run's device (reading it would make the host wait for the device: `_train` reads them in bulk)."""
     model.train()
     loss = batch_backward(model, kind.head, batch, run.tok.pad_token_id, run.tokens if run.cfg.packing else None,
                           run.cfg.micro_batch_size, run.cfg.packing, run.autocast, run.row_tokens)
     optimizer_step(model, opt, sched)
-    return loss.item()
+    return loss
 
 
 def _scores(eval_tasks, model, data, split, run: RunContext) -> list[dict]:
     return [evaluate(t, model, cap_eval(data[t.name][split], run.cfg.max_eval_examples), run) for t in eval_tasks]
+
+
+def _read_losses(pending: list, losses: list, lrs: list, steps: int) -> None:
+    """Move the losses of the steps since the last read from the device (one wait for all of them) onto `losses`;
+    a non-finite one stops the run, as pretraining does: a diverged run never scores or stores."""
+    values, first = (torch.stack(pending).float().cpu().tolist() if pending else []), len(lrs) - len(pending)
+    pending.clear()
+    for k, v in enumerate(values):
+        losses.append(v)
+        if not math.isfinite(v):
+            raise FloatingPointError(f"fine-tuning loss is {v} at step {first + k + 1} of {steps} (learning rate "
+                                     f"{lrs[first + k]:.3g} there): the run diverged and is stopped")
 
 
 def _train(model, kind, feats, steps, opt, sched, seed, run: RunContext, eval_tasks, data, losses: list) -> dict:
@@ -694,12 +835,12 @@ def _train(model, kind, feats, steps, opt, sched, seed, run: RunContext, eval_ta
     `select_step='best'` (earlier mlmclm) the step of the best validation score, whose weights are restored."""
     cfg, best = run.cfg, (-1.0, None, None)   # validation score, step, weights
     order = np.random.default_rng(seed).permutation(len(feats))
+    pending, lrs = [], []   # losses still on the device, and the learning rate after each step (host floats)
     for step in range(1, steps + 1):
         idx = order[(step - 1) * cfg.batch_size: step * cfg.batch_size]
-        losses.append(train_step(model, kind, [feats[i] for i in idx], run, opt, sched))
-        if not math.isfinite(losses[-1]):   # as pretraining does: a diverged run stops, it never scores or stores
-            raise FloatingPointError(f"fine-tuning loss is {losses[-1]} at step {step} of {steps} (learning rate "
-                                     f"{opt.param_groups[0]['lr']:.3g} there): the run diverged and is stopped")
+        pending.append(train_step(model, kind, [feats[i] for i in idx], run, opt, sched))
+        lrs.append(opt.param_groups[0]['lr'])
+        if step % cfg.eval_every == 0 or step == steps: _read_losses(pending, losses, lrs, steps)
         if cfg.select_step == 'best' and (step % cfg.eval_every == 0 or step == steps):
             score = float(np.mean([s['score'] for s in _scores(eval_tasks, model, data, 'validation', run)]))
             if score > best[0]: best = (score, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
@@ -721,13 +862,27 @@ def _result_rows(eval_tasks, val, test, run: RunContext, **facts) -> list[dict]:
     return rows
 
 
-def _run_context(task: Task, tok, cfg: FinetuneConfig) -> RunContext:
+def _run_context(task: Task, tok, cfg: FinetuneConfig,
+                 config: ModelConfig | None = None,   # the checkpoint's shape: what `token_budget` sizes a GPU's passes for
+                ) -> RunContext:
     "The run's context: token limit, device, precision, packed budgets (see `token_budget`) and feature cache."
     device, max_length = pick_device(cfg.device), cfg.max_length or task.max_length
-    tokens = (cfg.micro_batch_tokens or token_budget(device, max_length)) if cfg.packing else None
     precision = resolve_precision(cfg.precision, device)
     backend, rows = packed_layout(device, max_length, precision) if cfg.packing else (None, None)
-    return RunContext(tok, max_length, device, precision, cfg, tokens, rows, backend, feature_cache_dir(cfg))
+    tokens = (cfg.micro_batch_tokens or token_budget(device, max_length, config, precision, backend)) if cfg.packing else None
+    return RunContext(tok, max_length, device, precision, cfg, tokens, rows, backend, feature_cache_dir(cfg, create=True))
+
+
+def dataset_revision(data: dict,       # task name -> its examples, with the `revision` it was loaded at (when known)
+                     train: Task,      # the task the run trains on
+                     evaluated: Task,  # the row's dataset
+                    ) -> str | None:
+    """A row's `dataset_revision`: the revision its dataset was loaded at (`tasks.load_task_revision`: a hub commit,
+    a local folder's content hash, or None), and the training task's after `;train <task>=` when it trains on another."""
+    own = data[evaluated.name].get('revision')
+    if train.name == evaluated.name: return own
+    other = data[train.name].get('revision')
+    return None if own is None and other is None else f'{own};train {train.name}={other}'
 
 
 def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: float, seed: int,
@@ -736,7 +891,7 @@ def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: 
                 ) -> list[dict]:
     "Train on `task`'s training data, validate, test on each of `eval_tasks`; one result dict per evaluated task."
     t0, name = time.perf_counter(), head_kind(task, cfg)
-    kind, run = KINDS[name], _run_context(task, tok, cfg)
+    kind, run = KINDS[name], _run_context(task, tok, cfg, base.config)
     seed_everything(seed)
     model = run_model(base, kind, task, run)
     train = data[task.name]['train']
@@ -748,7 +903,7 @@ def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: 
     kept = _train(model, kind, feats, steps, opt, sched, seed, run, eval_tasks, data, [] if losses is None else losses)
     val, test = (_scores(eval_tasks, model, data, s, run) for s in ('validation', 'test'))
     rows = _result_rows(eval_tasks, val, test, run, steps=steps, warmup_steps=warmup, **kept)
-    for r in rows: r['wall_time_s'] = round(time.perf_counter() - t0, 2)
+    for r, t in zip(rows, eval_tasks): r.update(wall_time_s=round(time.perf_counter() - t0, 2), dataset_revision=dataset_revision(data, task, t))
     if cfg.save_retriever and kind.module.embeds:
         save_sentence_transformer(model, tok, Path(cfg.save_retriever)/f'{task.name}-lr{lr:g}-sd{seed}', run.max_length,
                                   cfg.special_tokens)
@@ -826,6 +981,17 @@ def _sweep_record(cfg: FinetuneConfig, results: Path, name: str, ident: str) -> 
     return meta
 
 
+def _load_recorded(name: str, cfg: FinetuneConfig, results: Path, meta: dict) -> dict:
+    """The examples of task `name` at its pinned revisions, with the `revision` loaded; that revision is also added
+    to the sweep's config record (`dataset_revisions`), beside what other workers of the same config loaded."""
+    examples, revision = load_task_revision(TASKS[name], cfg.data_source)
+    record = shard_dir(results)/'configs'/meta['config_hash']/'run.json'
+    run = read_json(record)
+    run.setdefault('dataset_revisions', {})[name] = revision
+    atomic_write_json(record, run)
+    return dict(examples, revision=revision)
+
+
 def finetune_sweep(cfg: FinetuneConfig,
                    force: str | None = None,  # re-run finished runs too; the reason is stored and the new rows supersede
                    lease_s: float = LEASE_S,  # a run claimed by a worker that is gone (or silent this long) is taken over
@@ -843,7 +1009,7 @@ def finetune_sweep(cfg: FinetuneConfig,
     base, tok = _base_model(cfg)
     meta, data = _sweep_record(cfg, results, name, ident), {}
     def task(t):   # tag names the dataset itself carries replace the registry's
-        if t not in data: data[t] = load_task(TASKS[t], cfg.data_source)
+        if t not in data: data[t] = _load_recorded(t, cfg, results, meta)
         return dataclasses.replace(TASKS[t], labels=data[t]['labels']) if 'labels' in data[t] else TASKS[t]
     with StoreWriter(results, note=f'finetune {name}') as store:
         for run in tqdm(todo, desc=f'fine-tune {name}', unit='run', disable=not cfg.progress):

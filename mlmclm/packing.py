@@ -20,7 +20,7 @@ from .objectives import IGNORE
 __all__ = ['PACK_STRATEGIES', 'HEAD_LOSSES', 'pack_rows', 'collate_packed', 'collate_padded', 'to_device', 'unpack_examples',
            'unpack_tokens', 'token_rows', 'sequence_loss', 'token_loss', 'span_loss', 'infonce', 'HeadLoss',
            'head_loss', 'MicroBatch', 'example_tokens', 'loss_terms', 'micro_batches', 'embed', 'cached_infonce',
-           'batch_backward']
+           'staged', 'batch_backward']
 
 # %% ../nbs/01c_packing.ipynb #e09832b9
 PACK_STRATEGIES = ('sequential', 'first-fit')
@@ -277,6 +277,25 @@ def cached_infonce(model, queries: list[dict], passages: list[dict],   # query i
     return loss.detach()
 
 # %% ../nbs/01c_packing.ipynb #c40863c0
+def staged(batches,   # an iterable of host batches (`collate_packed` / `collate_padded`), made lazily
+           device,    # where they go
+          ):          # an iterator of the batches on `device`
+    """Each of `batches` on `device`, one ahead: the next batch is collated and its copy queued before the caller
+    computes on the current one, so the host never waits for the device between micro-batches. On CUDA the copies are
+    from pinned memory and non-blocking; elsewhere the batches are as `to_device` moves them (the same tensors)."""
+    pinned = torch.device(device).type == 'cuda'
+    move = (lambda b: {k: v.pin_memory().to(device, non_blocking=True) if torch.is_tensor(v) else v for k, v in b.items()}) \
+        if pinned else (lambda b: to_device(b, device))
+    it = iter(batches)
+    ahead = next(it, None)
+    if ahead is None: return
+    ahead = move(ahead)
+    for b in it:
+        current, ahead = ahead, move(b)
+        yield current
+    yield ahead
+
+
 def batch_backward(model,                   # a `TaskModel`
                    kind: str,               # its head: a key of HEAD_LOSSES
                    features: list[dict],    # one optimizer batch, in order (retrieval: pairs {'q': ..., 'd': ...})
@@ -292,11 +311,11 @@ def batch_backward(model,                   # a `TaskModel`
         return cached_infonce(model, [f['q'] for f in features], [f['d'] for f in features], pad_id, max_tokens,
                               max_examples, packing, autocast=autocast, row_tokens=row_tokens)
     device = _device(model); total = torch.zeros((), device=device)
-    for mb in micro_batches(features, max_tokens, max_examples, padded=not packing):
-        if mb.weight == 0: continue   # nothing labelled: no loss, no gradient
-        feats = [features[i] for i in mb.indices]
-        batch = collate_packed(feats, pad_id, row_tokens) if packing else collate_padded(feats, pad_id)
-        with autocast(): loss = head_loss(kind, model, to_device(batch, device))
+    mbs = [mb for mb in micro_batches(features, max_tokens, max_examples, padded=not packing)
+           if mb.weight]   # nothing labelled: no loss, no gradient
+    collate = lambda feats: collate_packed(feats, pad_id, row_tokens) if packing else collate_padded(feats, pad_id)
+    for mb, batch in zip(mbs, staged((collate([features[i] for i in mb.indices]) for mb in mbs), device)):
+        with autocast(): loss = head_loss(kind, model, batch)
         (loss * mb.weight).backward()
         total = total + loss.detach() * mb.weight
     return total

@@ -340,13 +340,14 @@ class StoreWriter:
         self.closed = True
 
 # %% ../nbs/03a_results.ipynb #d594b52e
-def _legacy_examples(f: Path) -> dict[str, np.ndarray]:
-    "The arrays of a store's legacy `<store>.examples.npz` (no pickles); an error naming it when it cannot be read."
+def _legacy_examples(path: Path) -> dict[str, np.ndarray]:
+    "The arrays of an older store's `<store>.examples.npz` (no pickles); a file that cannot be read is named, with what to do."
     try:
-        with np.load(io.BytesIO(read_shared(f))) as z: return {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise ValueError(f'{f}: the per-example test scores written by an earlier release cannot be read ({e}); '
-                         f'move it aside to read the store without them') from e
+        with np.load(io.BytesIO(read_shared(path)), allow_pickle=False) as z: return {k: z[k] for k in z.files}
+    except (OSError, ValueError, TypeError, EOFError, KeyError, MemoryError, zipfile.BadZipFile) as e:
+        raise ConfigError(f'{path} cannot be read ({type(e).__name__}: {e}); it holds the per-example test scores of '
+                          f'rows stored before score shards. Restore it from a copy, or move it away: the rows stay, and '
+                          f"their per-example scores are rebuilt by re-running those runs (finetune_sweep(cfg, force='why'))") from None
 
 
 def read_examples(store: str | Path, split: str = 'test') -> dict[str, np.ndarray]:
@@ -357,7 +358,7 @@ def read_examples(store: str | Path, split: str = 'test') -> dict[str, np.ndarra
         for _, e in jsonl_rows(f)[0]:
             if e.get('split') == split and 'row_id' in e: by_row[e['row_id']] = e
     legacy = Path(f'{Path(store).resolve()}.examples.npz')
-    out = _legacy_examples(legacy) if split == 'test' and legacy.exists() else {}
+    out = _legacy_examples(legacy) if split == 'test' and legacy.is_file() else {}
     for key, row in current.items():
         if row.get('row_id') in by_row: out[key] = _scores_array(by_row[row['row_id']])
     return {k: v for k, v in out.items() if k in current}

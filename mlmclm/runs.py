@@ -230,7 +230,7 @@ class FinetuneConfig:
     micro_batch_tokens: int | None = param(None, 'packed: at most this many tokens per forward pass (None: '
                                                  '`token_budget` of the device)', low=8)
     feature_cache: str | None = param(None, "folder of tokenized tasks that runs and a node's jobs share (None: "
-                                            "$MLMCLM_FEATURE_CACHE, else 'features' beside the results store); 'off': none", name=True)
+                                            "$MLMCLM_FEATURE_CACHE, else features/uid-<uid> beside the results store); 'off': none", name=True)
     select_step: str = _option('select_step', 'which weights are tested')
     eval_every: int = param(50, f"validation interval in steps (select_step='best' only; paper: {FINETUNE.eval_every})", low=1)
     max_eval_examples: int | None = param(None, 'cap on validation/test examples (quick runs)', low=1)
@@ -247,6 +247,7 @@ class FinetuneConfig:
     results: str | None = param(None, 'results store (JSON lines); <project>/runs/finetune/results.jsonl by default', name=True)
     save_retriever: str | None = param(None, 'folder to save trained retrievers as SentenceTransformer models', name=True)
     device: str | None = param(None, "'cpu', 'cuda', ...; None picks")
+    compile: bool | None = param(None, 'torch.compile each transformer block; None: on CUDA, off elsewhere')
     progress: bool = param(True, 'show a progress bar')
 
 

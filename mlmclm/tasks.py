@@ -5,7 +5,9 @@
 # %% ../nbs/03_tasks.ipynb #0ffc1a5c
 from __future__ import annotations
 
+import contextvars
 import gzip
+import hashlib
 import json
 import math
 import re
@@ -13,6 +15,7 @@ import string
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -27,7 +30,8 @@ __all__ = ['TASK_SPLITS', 'GLUE_COLUMNS', 'TWEET_TAGS', 'SPEAKER_TAG', 'WORD', '
            'convert_squad', 'convert_record', 'embedded_sentiment', 'embedded_ner', 'embedded_cloze',
            'embedded_retrieval', 'speeches', 'name_lexicon', 'corpus_names', 'corpus_speaker', 'corpus_excerpt',
            'squad_f1', 'squad_em', 'position_set_f1', 'majority_tag', 'sentence_macro_f1', 'entity_f1', 'ndcg_standard',
-           'ndcg_encodeval', 'ndcg_at_10', 'Task', 'load_task', 'resolve_tasks']
+           'ndcg_encodeval', 'ndcg_at_10', 'Task', 'loaded_revision', 'load_task_revision', 'load_task',
+           'resolve_tasks']
 
 # %% ../nbs/03_tasks.ipynb #bdc7c274
 TASK_SPLITS = ('train', 'validation', 'test')
@@ -364,21 +368,77 @@ class Task:
     max_length: int = FINETUNE.max_length   # round(0.99 x 2048) = 2028, as EncodEval's EvalConfig
     train_on: str | None = None      # IR evaluation sets: the task whose training data trains the retriever
     canonical: Callable | None = None   # the earlier mlmclm source, where it differs from `load`
+    revisions: tuple = ()            # (hub repo, revision) pairs: the commit (or tag) each repo it reads is loaded at;
+                                     # a repo not named loads its default branch (the revision loaded is recorded)
+
+
+_LOADING = contextvars.ContextVar('_LOADING', default=None)   # while a task loads: (revisions asked, revisions loaded)
+
+
+def _content_sha(folder: Path) -> str:
+    "A hash of a local dataset folder's files (names and bytes; hidden files and folders left out)."
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob('*')):
+        rel = p.relative_to(folder)
+        if p.is_file() and not any(part.startswith('.') for part in rel.parts):
+            h.update(str(rel).encode() + b'\0' + hashlib.sha256(p.read_bytes()).digest())
+    return f'content-sha256:{h.hexdigest()}'
+
+
+def _commit_of(ds) -> str | None:
+    "The hub commit a loaded dataset was built from: `datasets` caches it in a folder named by that commit; else None."
+    for d in (ds.values() if isinstance(ds, dict) else [ds]):
+        for f in getattr(d, 'cache_files', None) or []:
+            if re.fullmatch(r'[0-9a-f]{40}', name := Path(f['filename']).parent.name): return name
+    return None
+
+
+def loaded_revision(path: str, ds) -> str | None:
+    "What `path` was loaded at: the hub commit, else for a local folder its content hash, else None (not known)."
+    return _content_sha(Path(path)) if Path(path).is_dir() else _commit_of(ds)
+
+
+def _revision_text(loaded: dict) -> str | None:
+    "One value for a task's `dataset_revision`: its repo's revision, or `repo@revision` of each repo it read (sorted)."
+    if not loaded or all(v is None for v in loaded.values()): return None
+    if len(loaded) == 1: return next(iter(loaded.values()))
+    return ';'.join(f'{repo}@{rev}' for repo, rev in sorted(loaded.items()))
+
+
+def load_task_revision(task: Task, source: str = 'encodeval') -> tuple[dict, str | None]:
+    "The examples of `task` from `source` (`load_task`), each hub repo at its pinned revision, and the revision loaded."
+    if source not in DATA_SOURCES: raise ConfigError(f'data_source={source!r}; choose one of {list(DATA_SOURCES)}')
+    loaded, token = {}, _LOADING.set((dict(task.revisions), {}))
+    try:
+        data = (task.canonical if source == 'canonical' and task.canonical else task.load)()
+        loaded = _LOADING.get()[1]
+    finally: _LOADING.reset(token)
+    return data, _revision_text(loaded)
 
 
 def load_task(task: Task, source: str = 'encodeval') -> dict:
     "The examples of `task` from `source` (see the table above); a task with one source ignores `source`."
-    if source not in DATA_SOURCES: raise ConfigError(f'data_source={source!r}; choose one of {list(DATA_SOURCES)}')
-    return (task.canonical if source == 'canonical' and task.canonical else task.load)()
+    return load_task_revision(task, source)[0]
 
 
 def _hub(path, name=None, split=None):
-    "`datasets.load_dataset`; a dataset that still ships a loading script is read from the hub's Parquet export."
+    """`datasets.load_dataset` at the revision the loading task pins for `path` (`Task.revisions`), recording the
+    revision loaded; unpinned, a dataset that still ships a loading script is read from the hub's Parquet export (pin
+    such a dataset to a commit of that export, `refs/convert/parquet`)."""
     from datasets import load_dataset
-    try: return load_dataset(path, name, split=split)
+    asked, loaded = _LOADING.get() or ({}, {})
+    revision = asked.get(path)
+    try: ds = load_dataset(path, name, split=split, revision=revision)
     except RuntimeError as e:   # datasets >= 4 refuses loading scripts (CoNLL-2003, OntoNotes, UNER, SuperGLUE, BEIR...)
-        if 'scripts are no longer supported' not in str(e): raise
-        return load_dataset(path, name, split=split, revision='refs/convert/parquet')
+        if revision is not None or 'scripts are no longer supported' not in str(e): raise
+        ds = load_dataset(path, name, split=split, revision='refs/convert/parquet')
+    got = loaded_revision(path, ds)
+    if revision and re.fullmatch(r'[0-9a-f]{40}', revision) and got and got != revision:
+        raise ConfigError(f'{path} was pinned to revision {revision} but {got} was loaded')
+    if loaded.get(path, got) != got:
+        raise ConfigError(f'{path} changed while one task loaded it: revision {loaded[path]}, then {got}')
+    loaded[path] = got
+    return ds
 
 
 def _glue(config, test_split='validation'):

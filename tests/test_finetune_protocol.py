@@ -11,7 +11,8 @@ from mlmclm.vocab import FINETUNE_OPTIONS
 
 # every key a result row of `finetune_run` carries, whatever the family (others, e.g. `test_entity_f1`, depend on it)
 ROW_KEYS = {'dataset', 'family', 'val_score', 'test_score', 'val_scores_i', 'test_scores_i', 'steps', 'warmup_steps',
-            'wall_time_s', 'max_length', 'packing', 'micro_batch_tokens', 'precision_used', *FINETUNE_OPTIONS}
+            'wall_time_s', 'max_length', 'packing', 'micro_batch_tokens', 'precision_used', 'dataset_revision',
+            *FINETUNE_OPTIONS}
 SECOND_METRICS = {'SC': set(), 'TC': {'sentence_f1', 'entity_f1'}, 'QA': {'token_f1', 'squad_f1', 'exact_match'},
                   'IR': {'ndcg_encodeval', 'ndcg_at_10'}}
 TASKS_BY_FAMILY = dict(SC='rt_sentiment', TC='tweet_ner', QA='corpus_cloze', IR='corpus_retrieval')
