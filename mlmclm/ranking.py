@@ -20,7 +20,7 @@ from matplotlib.lines import Line2D
 from scipy import stats
 
 from .core import ConfigError, atomic_path
-from .vocab import FAMILIES, PROTOCOL_AXES
+from .vocab import FAMILIES, PAPER_TASKS, PROTOCOL_AXES
 from .runs import run_key, shard_dir
 from .results import (DEFAULT_SELECTION, SELECTIONS, bootstrap_intervals, diff_interval, load_results,
                             protocol_cell, protocol_cells, read_examples, select_lr, t_interval)
@@ -169,6 +169,10 @@ def _family_order(df: pd.DataFrame) -> pd.Series:
     return df.family.map({f: i for i, f in enumerate(FAMILIES)}).fillna(len(FAMILIES))
 
 
+def _dataset_order(df: pd.DataFrame) -> pd.Series:
+    return df.dataset.map({d: i for i, d in enumerate(PAPER_TASKS)}).fillna(len(PAPER_TASKS))   # the paper's, then by name
+
+
 def dataset_ranks(results: pd.DataFrame,     # result rows (`load_results(store)`): any sources and protocol cells
                   examples: dict,            # run key -> per-example test scores (`read_examples(store)`)
                   selection: str = DEFAULT_SELECTION,   # how each seed's LR is chosen (`mlmclm.results.SELECTIONS`)
@@ -186,8 +190,8 @@ def dataset_ranks(results: pd.DataFrame,     # result rows (`load_results(store)
                 b = (np.nan, np.nan) if unpaired else tuple(boot.loc[(r['checkpoint'], ds), ['boot_low', 'boot_high']])
                 out.append(dict(source=source, **cell, family=g.family.iloc[0], dataset=ds, **r, boot_low=b[0], boot_high=b[1]))
     df = pd.DataFrame(out, columns=DATASET_RANK_COLUMNS)
-    order = df.assign(_f=_family_order(df), _s=df.source.ne('ours'), _i=np.arange(len(df)))
-    return df.loc[order.sort_values(['_s', 'source', *PROTOCOL_AXES, '_f', 'dataset', '_i']).index].reset_index(drop=True)
+    order = df.assign(_f=_family_order(df), _d=_dataset_order(df), _s=df.source.ne('ours'), _i=np.arange(len(df)))
+    return df.loc[order.sort_values(['_s', 'source', *PROTOCOL_AXES, '_f', '_d', 'dataset', '_i']).index].reset_index(drop=True)
 
 # %% ../nbs/03d_ranking.ipynb #e14bd0dc
 FAMILY_RANK_COLUMNS = ['source', *PROTOCOL_AXES, 'family', 'checkpoint', 'family_rank', 'mean_rank', 'n_datasets', 'datasets']
