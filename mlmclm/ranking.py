@@ -243,7 +243,7 @@ def fig_ranking(ranks: pd.DataFrame,  # `dataset_ranks`' rows of one source and 
     ranks = one_group(ranks)
     datasets = list(dict.fromkeys(ranks.dataset))
     ncol = min(3, len(datasets)); nrow = -(-len(datasets) // ncol)
-    height = 0.3 * ranks.groupby('dataset').size().max() + 0.9
+    height = 0.3 * ranks.groupby('dataset').size().max() + 1.4   # title and axis labels take about 1.4 in
     n_ranks = int(np.nanmax(ranks['rank'])) if ranks['rank'].notna().any() else 1
     colors = sns.color_palette('colorblind', max(n_ranks, 1))
     with sns.axes_style('whitegrid'), sns.plotting_context('paper'), plt.rc_context(RC):
