@@ -9,7 +9,7 @@ import importlib
 import sys
 
 # %% auto #0
-__all__ = ['COMMANDS', 'usage', 'main']
+__all__ = ['COMMANDS', 'SUBCOMMANDS', 'usage', 'main']
 
 # %% ../nbs/07_cli.ipynb #f8b8726f
 # command -> (module whose `main(argv)` runs it, arguments put before the user's, one line of help)
@@ -19,12 +19,15 @@ COMMANDS = {
     'status': ('mlmclm.study', ['status'], 'done / running / stale / to-do per experiment of a study folder'),
     'slurm': ('mlmclm.study', ['slurm'], 'submit the fine-tuning grid (or the pretraining runs) to Slurm'),
     'figures': ('mlmclm.figures', [], 'every figure and table from a results store'),
-    'results': ('mlmclm.results', [], 'health or compact a results store'),
+    'results': ('mlmclm.results', [], 'health or compact a results store; `results rank`: rank clusters per dataset'),
     'paper-runs': ('mlmclm.paper_runs', [], "import the authors' published runs into a results store"),
     'bench': ('mlmclm.bench', [], "throughput against Hugging Face's Llama, or fine-tuning against transformers.Trainer"),
     'pretrain': ('mlmclm.pretrain', [], 'one pretraining run from key=value settings, or the demo schedules'),
     'data': ('mlmclm.data', [], 'build or verify a token store'),
 }
+
+# (command, subcommand) -> the module whose `main(argv)` runs it, when a later module than the command's
+SUBCOMMANDS = {('results', 'rank'): 'mlmclm.ranking'}
 
 
 def usage() -> str:
@@ -46,6 +49,9 @@ def main(argv: list[str] | None = None,  # the words after `mlmclm` (default: th
         print(f"mlmclm: unknown command {argv[0]!r}; the commands are: {', '.join(COMMANDS)} (see mlmclm --help)",
               file=sys.stderr)
         return 2
+    if tuple(argv[:2]) in SUBCOMMANDS:
+        importlib.import_module(SUBCOMMANDS[tuple(argv[:2])]).main(argv[2:])
+        return 0
     module, head, _ = COMMANDS[argv[0]]
     importlib.import_module(module).main(head + argv[1:])   # its own parser exits on bad arguments and on --help
     return 0
