@@ -235,7 +235,7 @@ class Chromium:
 PROBE = """(() => ({
   images: document.images.length,
   broken: [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map(i => (i.getAttribute('src') || '').slice(0, 80)),
-  links: [...document.querySelectorAll('a[href]')].map(a => a.href.split('#')[0]).filter(h => h.startsWith('file:') && h.endsWith('.html')),
+  links: [...document.querySelectorAll('a[href], link[href]')].map(a => a.href.split('#')[0]).filter(h => h.startsWith('file:') && h.endsWith('.html')),
   params: document.querySelectorAll('table.params').length,
   styled: getComputedStyle(document.body).fontFamily !== '' && document.styleSheets.length > 0,
 }))()"""

@@ -31,7 +31,7 @@ autodoc_default_options = {'members': True, 'undoc-members': True}
 html_theme = 'alabaster'
 html_theme_options = {'page_width': '1240px', 'sidebar_width': '260px'}
 html_title = 'mlmclm'
-html_copy_source = html_show_sourcelink = False
+html_copy_source = html_show_sourcelink = html_domain_indices = False   # the API is on the notebooks' pages
 
 
 def _notebook(docname: str, nb: dict) -> dict:
