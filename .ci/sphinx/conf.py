@@ -43,7 +43,7 @@ def _notebook(docname: str, nb: dict) -> dict:
         src = ''.join(cell['source'])
         if cell['cell_type'] == 'code':
             lines = src.split('\n')
-            directives = [l[3:].strip() for l in lines if l.startswith('#|')]
+            directives = [l[2:].strip() for l in lines if l.startswith('#|')]
             module = module or next((d.split()[1] for d in directives if d.startswith('default_exp')), None)
             if any(d == 'hide' or d.startswith('default_exp') for d in directives): continue
             src = '\n'.join(l for l in lines if not l.startswith('#|')).strip('\n')
