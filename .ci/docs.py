@@ -262,6 +262,25 @@ def _screenshot(browser: Chromium, session: str, path: Path, scroll: str = '') -
     return path
 
 
+def _crawl(browser: Chromium, session: str, site: Path) -> tuple[dict, list[str]]:
+    "Every page reachable from the front page, as the browser saw it, and the problems found on the way."
+    pages, problems, todo = {}, [], [(site/'index.html').as_uri()]
+    while todo:
+        url = todo.pop()
+        if url in pages: continue
+        seen = pages[url] = _visit(browser, session, url)
+        name = url.rsplit('/', 1)[-1]
+        if 'error' in seen: problems.append(f'{name}: did not load ({seen["error"]})'); continue
+        problems += [f'{name}: image did not load: {b}' for b in seen['broken']]
+        problems += [f'{name}: failed to load a resource: {f}' for f in seen['failed']]
+        problems += [f'{name}: script error: {e}' for e in seen['exceptions']]
+        if not seen['styled']: problems.append(f'{name}: no stylesheet applied')
+        if re.search(r'/\d\d[a-z]?_\w+\.html$', url) and not seen['params']: problems.append(f'{name}: no parameter table')
+        todo += [l for l in seen['links'] if l not in pages]
+    problems += [f'{p.name}: not reached from the front page' for p in sorted(site.glob('*.html')) if p.as_uri() not in pages]
+    return pages, problems
+
+
 def browser_check(site: Path, shots: Path) -> int:
     """Open every page reachable from the site's front page in headless Chromium: each must load with its stylesheet,
     its images and resources, without a script error, and the notebook pages must show parameter tables; screenshots
@@ -271,7 +290,6 @@ def browser_check(site: Path, shots: Path) -> int:
     site, shots = Path(site).resolve(), Path(shots)
     if not (site/'index.html').is_file(): print(f'{site}/index.html is missing: build the site first (docs.py html)'); return 2
     shots.mkdir(parents=True, exist_ok=True)
-    pages, problems, todo = {}, [], [(site/'index.html').as_uri()]
     with tempfile.TemporaryDirectory() as profile:
         browser = Chromium(exe, profile)
         try:
@@ -280,26 +298,13 @@ def browser_check(site: Path, shots: Path) -> int:
             for domain in ('Page', 'Network', 'Runtime'): browser.send(f'{domain}.enable', session=session)
             browser.send('Emulation.setDeviceMetricsOverride', {'width': 1280, 'height': 1000, 'deviceScaleFactor': 1,
                                                                 'mobile': False}, session)
-            while todo:
-                url = todo.pop()
-                if url in pages: continue
-                seen = pages[url] = _visit(browser, session, url)
-                name = url.rsplit('/', 1)[-1]
-                if 'error' in seen: problems.append(f'{name}: did not load ({seen["error"]})'); continue
-                problems += [f'{name}: image did not load: {b}' for b in seen['broken']]
-                problems += [f'{name}: failed to load a resource: {f}' for f in seen['failed']]
-                problems += [f'{name}: script error: {e}' for e in seen['exceptions']]
-                if not seen['styled']: problems.append(f'{name}: no stylesheet applied')
-                todo += [l for l in seen['links'] if l not in pages]
+            pages, problems = _crawl(browser, session, site)
             _visit(browser, session, (site/'index.html').as_uri())
             written = [_screenshot(browser, session, shots/'index.png')]
             _visit(browser, session, (site/'05_figures.html').as_uri())
             written += [_screenshot(browser, session, shots/'05_figures-figure.png', 'document.images[0].scrollIntoView()'),
                         _screenshot(browser, session, shots/'05_figures-params.png', "document.querySelector('table.params').scrollIntoView()")]
         finally: browser.close()
-    problems += [f'{p.name}: not reached from the front page' for p in sorted(site.glob('*.html')) if p.as_uri() not in pages]
-    problems += [f'{Path(u).name}: no parameter table' for u, s in pages.items() if re.search(r'/\d\d[a-z]?_\w+\.html$', u)
-                 and not s.get('params')]
     print(f"Chromium opened {len(pages)} pages from {site}/index.html, {sum(p.get('images', 0) for p in pages.values())} "
           f"images, {sum(p.get('params', 0) for p in pages.values())} parameter tables; screenshots: " + ', '.join(map(str, written)))
     for p in problems: print('FAIL:', p)
