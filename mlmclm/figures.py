@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import matplotlib.pyplot as plt
 import matplotlib.ticker as mticker
@@ -29,13 +31,14 @@ from .paper_runs import paper_rows, reported_scores
 
 # %% auto #0
 __all__ = ['KIND_COLORS', 'KIND_LABELS', 'PAPER_MARKERS', 'PAPER_MARKER', 'SIZE_COLORS', 'TABLE_GROUPS', 'COMPARISONS',
-           'MAGNITUDE_FACTOR', 'split_control', 'recorded_meta', 'checkpoint_meta', 'study_scores', 'control_scores',
-           'draw_control', 'setup_style', 'save_figure', 'scale_note', 'fig_overview', 'absent', 'fig_mlm_vs_clm',
-           'fig_mask_ratio', 'fig_data_efficiency', 'paper_flops_per_step', 'fig_lr_stability', 'budget_label',
-           'fig_biphasic', 'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest', 'protocol_gaps',
-           'fig_protocol_gap', 'hyperparameter_table', 'results_tables', 'ours_minus_paper', 'difference_range',
-           'direction_verdict', 'directions', 'write_table', 'collect_cpt_loss', 'unigram_entropy',
-           'corpus_unigram_entropy', 'collect_pretrain_loss', 'render_all', 'one_source', 'drawable', 'main']
+           'MAGNITUDE_FACTOR', 'FIGURE_INPUTS', 'FIGURES', 'split_control', 'recorded_meta', 'checkpoint_meta',
+           'study_scores', 'control_scores', 'draw_control', 'setup_style', 'save_figure', 'scale_note', 'fig_overview',
+           'absent', 'fig_mlm_vs_clm', 'fig_mask_ratio', 'fig_data_efficiency', 'paper_flops_per_step',
+           'fig_lr_stability', 'budget_label', 'fig_biphasic', 'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss',
+           'fig_biphasic_largest', 'protocol_gaps', 'fig_protocol_gap', 'hyperparameter_table', 'results_tables',
+           'ours_minus_paper', 'difference_range', 'direction_verdict', 'directions', 'write_table', 'FigureSpec',
+           'draw_figures', 'collect_cpt_loss', 'unigram_entropy', 'corpus_unigram_entropy', 'collect_pretrain_loss',
+           'render_all', 'one_source', 'drawable', 'main']
 
 # %% ../nbs/05_figures.ipynb #30282a31
 def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -794,6 +797,49 @@ def write_table(df: pd.DataFrame, folder: Path, name: str, caption: str) -> list
           else f'% {caption}: no rows at this scale\n'
     return [atomic_write_text(Path(folder)/f'{name}.md', md), atomic_write_text(Path(folder)/f'{name}.tex', tex)]
 
+# %% ../nbs/05_figures.ipynb #b7e1f0a2
+@dataclass(frozen=True)
+class FigureSpec:
+    name: str                   # file stem: <out>/<name>.png and .pdf
+    draw: Callable              # the function that draws it
+    inputs: tuple               # the arguments it takes, in order: keys of `FIGURE_INPUTS`
+    paper: str | None           # the paper's figure it redraws; None: ours, beyond the paper
+    demo: bool = True           # carried by the committed demo (figures/demo/<name>.png)
+    needs: str | None = None    # drawn only when this input is given (not None)
+
+
+FIGURE_INPUTS = {'scores': 'family scores of the paper protocol (`study_scores`)', 'ref': "the paper's numbers",
+                 'scale': "'demo' or 'paper'", 'curves': 'seed-mean score per LR (`lr_curve`)',
+                 'paper': "the rows of the paper's protocol", 'cpt_loss': 'the CPT loss curves',
+                 'flops_per_step': '(size, kind) -> FLOPs per step', 'gaps': 'MLM-CLM gap per protocol (`protocol_gaps`)'}
+_SCORES = ('scores', 'ref', 'scale')
+
+FIGURES: dict[str, FigureSpec] = {f.name: f for f in [
+    FigureSpec('fig1_overview', fig_overview, ('scale',), 'Figure 1'),
+    FigureSpec('fig2_mlm_vs_clm', fig_mlm_vs_clm, _SCORES, 'Figure 2'),
+    FigureSpec('fig3_mask_ratio', fig_mask_ratio, _SCORES, 'Figure 3'),
+    FigureSpec('fig4_data_efficiency', fig_data_efficiency, _SCORES, 'Figure 4'),
+    FigureSpec('fig4b_data_efficiency_flops', fig_data_efficiency, (*_SCORES, 'flops_per_step'),
+               'Figure 4 against FLOPs (appendix)', needs='flops_per_step'),
+    FigureSpec('fig5_lr_stability', fig_lr_stability, ('curves', 'scale', 'paper'), 'Figure 5'),
+    FigureSpec('fig6_biphasic', fig_biphasic, _SCORES, 'Figure 6'),
+    FigureSpec('fig7_ratio_after_clm', fig_ratio_after_clm, _SCORES, 'Figure 7'),
+    FigureSpec('fig8_cpt', fig_cpt, _SCORES, 'Figure 8'),
+    FigureSpec('fig9_cpt_loss', fig_cpt_loss, ('cpt_loss', 'scale'), 'Figure 9'),
+    FigureSpec('figA1_biphasic_largest', fig_biphasic_largest, _SCORES, '1B biphasic (appendix)'),
+    FigureSpec('figP_protocol_gap', fig_protocol_gap, ('gaps', 'scale'), None, demo=False, needs='gaps'),
+]}
+
+
+def draw_figures(inputs: dict,                 # a value (or None) for every key of `FIGURE_INPUTS`
+                 figures: dict | None = None,  # the registry (`FIGURES` when None)
+                ) -> dict:
+    "name -> figure for every row of the registry whose inputs are given, in the registry's order."
+    missing = sorted(set(FIGURE_INPUTS) - set(inputs))
+    if missing: raise ValueError(f'draw_figures: inputs {missing} are missing; it takes {list(FIGURE_INPUTS)}')
+    return {f.name: f.draw(*(inputs[k] for k in f.inputs)) for f in (figures or FIGURES).values()
+            if f.needs is None or inputs[f.needs] is not None}
+
 # %% ../nbs/05_figures.ipynb #91b58da9
 def collect_cpt_loss(study_dir: str | Path) -> pd.DataFrame:
     "Loss curves of the CPT runs of a study folder (columns run, start, step, loss)."
@@ -864,22 +910,10 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
     per_dataset = aggregate(paper, selection=selection)
     scores = study_scores(paper, selection)
     ref = reported_scores()
-    curves = lr_curve(paper)
-    files = []
-    figures = {'fig1_overview': fig_overview(scale),
-               'fig2_mlm_vs_clm': fig_mlm_vs_clm(scores, ref, scale),
-               'fig3_mask_ratio': fig_mask_ratio(scores, ref, scale),
-               'fig4_data_efficiency': fig_data_efficiency(scores, ref, scale),
-               'fig5_lr_stability': fig_lr_stability(curves, scale, paper),
-               'fig6_biphasic': fig_biphasic(scores, ref, scale),
-               'fig7_ratio_after_clm': fig_ratio_after_clm(scores, ref, scale),
-               'fig8_cpt': fig_cpt(scores, ref, scale),
-               'fig9_cpt_loss': fig_cpt_loss(cpt_loss, scale),
-               'figA1_biphasic_largest': fig_biphasic_largest(scores, ref, scale)}
-    if flops_per_step is not None:
-        figures['fig4b_data_efficiency_flops'] = fig_data_efficiency(scores, ref, scale, flops_per_step)
     gaps = protocol_gaps(every, selection) if len(protocol_cells(every)) > 1 else None
-    if gaps is not None: figures['figP_protocol_gap'] = fig_protocol_gap(gaps, scale)
+    figures = draw_figures(dict(scores=scores, ref=ref, scale=scale, curves=lr_curve(paper), paper=paper,
+                                cpt_loss=cpt_loss, flops_per_step=flops_per_step, gaps=gaps))   # the rows of `FIGURES`
+    files = []
     for name, fig in figures.items():
         draw_control(fig, control)
         files += save_figure(fig, out, name)

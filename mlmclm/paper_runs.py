@@ -16,12 +16,13 @@ import pandas as pd
 
 from .core import ConfigError, assets_dir
 from .vocab import FAMILIES, PAPER_DATASETS, describe_checkpoint, parse_run_name
+from .tasks import TASKS
 from .results import (DEFAULT_SELECTION, SELECTIONS, StoreWriter, check_store_path, code_version, counted,
                             current_rows, family_scores, load_results, protocol_cell, read_rows, row_problem, run_key)
 
 # %% auto #0
-__all__ = ['RUN_DIR', 'NOT_IN_PAPER', 'KNOWN_DATASETS', 'IMPORT_BATCH', 'reported_scores', 'parse_result_path',
-           'read_result_file', 'import_tree', 'paper_rows', 'compare_with_paper', 'main']
+__all__ = ['RUN_DIR', 'KNOWN_DATASETS', 'IMPORT_BATCH', 'reported_scores', 'in_paper', 'parse_result_path', 'read_result_file',
+           'import_tree', 'paper_rows', 'compare_with_paper', 'main']
 
 # %% ../nbs/03c_paper_runs.ipynb #752dd013
 def _reported_name(row) -> str:
@@ -47,8 +48,12 @@ def reported_scores(path: str | Path | None = None) -> pd.DataFrame:
 
 # %% ../nbs/03c_paper_runs.ipynb #2155c0df
 RUN_DIR = re.compile(r'(?:(?P<train>[a-z0-9_]+?)_)?lr(?P<lr>[0-9.e+-]+)_sd(?P<seed>\d+)')
-NOT_IN_PAPER = {'qed'}
 KNOWN_DATASETS = {f: (*PAPER_DATASETS[f], *(('qed',) if f == 'QA' else ())) for f in FAMILIES}   # what the tree holds
+
+
+def in_paper(dataset: str) -> bool:
+    "Whether `dataset` counts in its family's mean: a task of `mlmclm.tasks.TASKS` marked `in_paper` (`qed` is not)."
+    return dataset in TASKS and TASKS[dataset].in_paper
 
 
 def parse_result_path(path: Path, root: Path) -> dict:
@@ -124,7 +129,7 @@ def import_tree(root: str | Path,           # the `results/` folder of a clone o
             if run_key(row) in seen: continue
             seen.add(run_key(row))
             pending.append(dict(row, best_step=None, steps=None, source_file=rel, code=code_version(),
-                                in_paper=row['dataset'] not in NOT_IN_PAPER))
+                                in_paper=in_paper(row['dataset'])))
             if len(pending) >= batch: writer.append(pending); imported += len(pending); pending = []
         if pending: writer.append(pending); imported += len(pending)
     elapsed = time.perf_counter() - t0
@@ -133,8 +138,9 @@ def import_tree(root: str | Path,           # the `results/` folder of a clone o
 
 # %% ../nbs/03c_paper_runs.ipynb #1d4618b8
 def paper_rows(results: pd.DataFrame) -> pd.DataFrame:
-    "The rows that count in the paper's aggregation: no dataset outside the paper's 12 (e.g. the authors' `qed`)."
-    return counted(results[~results.dataset.isin(NOT_IN_PAPER)])   # by name too: stores imported before the flag
+    "The rows that count in the family means: datasets the task table marks `in_paper` (an allow-list; not `qed`)."
+    allowed = [name for name, task in TASKS.items() if task.in_paper]   # read now: a task added at run time counts
+    return counted(results[results.dataset.isin(allowed)])
 
 
 def compare_with_paper(results: pd.DataFrame, reported: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -28,13 +28,15 @@ from .vocab import (CONTROL, FINETUNE, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, P
 from .runs import (FinetuneConfig, FinetuneRun, PretrainRun, claim_status, finetune_config, finetune_grid,
                          finetune_runs, grad_accum, pretrain_config, work_claim_path)
 from .results import missing
+from .tasks import TASKS
 from .sizes import (MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU, flops_per_token, memory_estimate, memory_line, model_config,
                           param_counts)
 
 # %% auto #0
 __all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERMEDIATE', 'ABLATION_CHECKPOINTS', 'PROTOCOL_GRID',
            'PRESETS', 'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets',
-           'paper_plan', 'Costs', 'run_flops', 'finetune_flops', 'estimate', 'select', 'demo_experiments', 'demo_plan',
+           'paper_plan', 'Costs', 'run_flops', 'task_of', 'dataset_family', 'finetune_examples',
+           'finetune_flops_by_size', 'finetune_flops', 'estimate', 'select', 'demo_experiments', 'demo_plan',
            'protocol_ablation_plan', 'precision_ablation_plan', 'checkpoint_dir', 'pretrain_params', 'run_notebook',
            'point_runs', 'finetune_jobs', 'accelerate_command', 'slurm_nodes', 'refused', 'submit_finetune_array',
            'study_status', 'PretrainJob', 'pretrain_job_specs', 'submit_pretrain_jobs', 'finetune_params', 'worker_env',
@@ -213,8 +215,8 @@ class Costs:
     mfu: float = 0.40                     # sustained model-FLOPs utilisation assumed
     tokens_per_step: int = PRETRAIN.global_batch * PRETRAIN.seq_len   # the paper's batch
     seq_len: int = PRETRAIN.seq_len
-    finetune_steps: int = 1000            # upper bound of the protocol
-    finetune_batch: int = FINETUNE.batch_size
+    finetune_steps: int | None = None     # None: the plan's fine-tuning preset's cap, else the protocol's 1,000
+    finetune_batch: int | None = None     # None: the plan's fine-tuning preset's batch (the paper's 32)
     example_tokens: dict = field(default_factory=lambda: dict(SC=64, TC=48, QA=384, IR=256))  # rough, per example
 
 
@@ -234,8 +236,13 @@ def run_flops(plan: StudyPlan, run: PlannedRun, costs: Costs = Costs(), size: st
     return flops * plan.step_scale
 
 
-def _family(dataset: str) -> str:
-    return next((f for f, ds in PAPER_DATASETS.items() if dataset in ds), 'SC')
+def task_of(dataset: str):
+    "The entry of `dataset` in the task table (`mlmclm.tasks.TASKS`), the one place its family and limits are written."
+    if dataset not in TASKS: raise ConfigError(f'dataset {dataset!r} is not in the task table; choose from {sorted(TASKS)}')
+    return TASKS[dataset]
+
+
+def dataset_family(dataset: str) -> str: return task_of(dataset).family
 
 
 def _eval_size(plan: StudyPlan, e: EvalPoint) -> str:
@@ -244,16 +251,33 @@ def _eval_size(plan: StudyPlan, e: EvalPoint) -> str:
     return 'tiny' if e.recorded_name == CONTROL else parse_run_name(e.recorded_name).size
 
 
-def finetune_flops(plan: StudyPlan, costs: Costs = Costs()) -> float:
-    "Fine-tuning FLOPs of the whole grid (retrievers trained once for their three evaluation sets)."
-    total = 0.0
+def finetune_examples(plan: StudyPlan, costs: Costs = Costs()) -> int:
+    "Examples one fine-tuning run trains on at most: the preset's steps (capped by the protocol's) x its batch."
+    cfg = finetune_config(plan.finetune_preset)
+    steps = costs.finetune_steps or min(cfg.max_steps or FINETUNE.max_steps, FINETUNE.max_steps)
+    return steps * (costs.finetune_batch or cfg.batch_size)
+
+
+def _training_tokens(training: str, costs: Costs) -> int:
+    "Tokens of a typical training example of the task `training`: its family's, cut at the task's token limit."
+    return min(costs.example_tokens[dataset_family(training)], task_of(training).max_length)
+
+
+def finetune_flops_by_size(plan: StudyPlan, costs: Costs = Costs()) -> dict[str, float]:
+    "Fine-tuning FLOPs of the grid per model size (a retriever trained once for the evaluation sets it serves)."
+    total, examples = {}, finetune_examples(plan, costs)
     for e in plan.evals:
-        n_body = _body_params(_eval_size(plan, e))
-        trainings = {('IR' if _family(d) == 'IR' else d) for d in e.datasets}
-        for t in trainings:
-            tokens = costs.finetune_steps * costs.finetune_batch * costs.example_tokens['IR' if t == 'IR' else _family(t)]
-            total += 6 * n_body * tokens * len(plan.lrs) * len(plan.seeds)
-    return total
+        size = _eval_size(plan, e)
+        trainings = {task_of(d).train_on or d for d in e.datasets}
+        for t in sorted(trainings):
+            flops = 6 * _body_params(size) * examples * _training_tokens(t, costs) * len(plan.lrs) * len(plan.seeds)
+            total[size] = total.get(size, 0.0) + flops
+    return {s: total[s] for s in sorted(total, key=SIZE_ORDER.index)}
+
+
+def finetune_flops(plan: StudyPlan, costs: Costs = Costs()) -> float:
+    "Fine-tuning FLOPs of the whole grid."
+    return sum(finetune_flops_by_size(plan, costs).values())
 
 
 def _body_params(size: str) -> int:
@@ -733,18 +757,29 @@ def measured_finetune(folder: str | Path | None = None,  # benchmark results; <p
         ours = r['sides'][-1]
         if 'body_params' not in r or not ours.get('examples_per_s'): continue   # an older result: no model size
         per_example = ours['real_tokens'] / (r['steps'] * r['batch_size'])
-        return dict(path=str(path), device=r['device'], model=r['model'], side=ours['side'],
+        return dict(path=str(path), device=r['device'], model=r['model'], side=ours['side'], body_params=r['body_params'],
                     examples_per_s=ours['examples_per_s'], flops_per_s=6 * r['body_params'] * per_example * ours['examples_per_s'])
     return None
 
 
+def _duration(hours: float) -> str: return f'{hours:,.0f} hours' if hours >= 1 else f'{hours * 60:,.0f} minutes'
+
+
 def measured_finetune_line(plan: StudyPlan, costs: Costs = Costs(), folder: str | Path | None = None) -> str:
-    "The line of `plan` that prices fine-tuning at the measured speed, or says that no measurement exists."
+    "The line of `plan` that says which figure prices its fine-tuning: a speed measured on its model size, or the MFU."
     m = measured_finetune(folder)
     if m is None: return '  fine-tuning at the assumed MFU above (no benchmark result: mlmclm bench --finetune)'
-    hours = finetune_flops(plan, costs) / m['flops_per_s'] / 3600
-    return (f"  fine-tuning at the measured speed: {hours:,.0f} hours on {m['device']} ({m['examples_per_s']:.1f} "
-            f"examples/s of {Path(m['model']).name}, {m['side']}; {m['path']})")
+    by_size = finetune_flops_by_size(plan, costs)
+    same = [s for s in by_size if _body_params(s) == m['body_params']]   # a speed holds for the size it was measured on
+    rest = [s for s in by_size if s not in same]
+    what = (f"{m['examples_per_s']:.1f} examples/s of {Path(m['model']).name} ({m['body_params']:,} body parameters), "
+            f"{m['side']}; {m['path']}")
+    if not same:
+        return (f"  fine-tuning at the assumed MFU above for {', '.join(rest)}: the benchmark measured another model size "
+                f"({what}); `mlmclm bench --finetune TASK --size {(rest or ['SIZE'])[0]}` measures this plan's")
+    hours = sum(by_size[s] for s in same) / m['flops_per_s'] / 3600
+    return (f"  fine-tuning at the measured speed for {', '.join(same)}: {_duration(hours)} on {m['device']} ({what})"
+            + (f"; {', '.join(rest)} at the assumed MFU above" if rest else ''))
 
 # %% ../nbs/04_study.ipynb #f768ad12
 def memory_lines(plan: StudyPlan, gpus: int = PRETRAIN.gpus) -> list[str]:

@@ -20,7 +20,7 @@ from matplotlib.container import BarContainer
 
 import mlmclm.figures as figures
 from mlmclm.core import project_root
-from mlmclm.figures import main, paper_flops_per_step, read_results, render_all, study_scores
+from mlmclm.figures import FIGURES, main, paper_flops_per_step, read_results, render_all, study_scores
 from mlmclm.results import tidy_results
 from mlmclm.vocab import BUDGETS, E3_STEPS, FAMILIES, PAPER_DATASETS, RATIOS, SIZES, paper_checkpoints, paper_experiments
 
@@ -281,8 +281,9 @@ def test_committed_demo_results_render_every_figure(tmp_path):
     loss = pd.read_csv(REFERENCE/'cpt_loss.csv') if (REFERENCE/'cpt_loss.csv').is_file() else None
     files = render_all(results, tmp_path, 'demo', cpt_loss=loss)
     names_ = {Path(f).name for f in files}
-    for n in ['fig1_overview', 'fig2_mlm_vs_clm', 'fig3_mask_ratio', 'fig4_data_efficiency', 'fig4b_data_efficiency_flops',
-              'fig5_lr_stability', 'fig6_biphasic', 'fig7_ratio_after_clm', 'fig8_cpt', 'fig9_cpt_loss', 'figA1_biphasic_largest']:
+    carried = [n for n, f in FIGURES.items() if f.demo]             # the registry says which figures the demo carries
+    assert sorted(Path(n).stem for n in names_ if n.endswith('.png')) == sorted(carried)
+    for n in carried:
         assert f'{n}.png' in names_ and f'{n}.pdf' in names_
     assert len([n for n in names_ if n.startswith('T') and n.endswith('.tex')]) == 17
     again = render_all(results, tmp_path/'again', 'demo', cpt_loss=loss)
@@ -481,8 +482,10 @@ def test_no_axis_label_or_tick_label_overlaps_another(demo_drawn, drawn, which):
 def test_the_notebooks_figure_2_is_drawn_large_enough_to_read():
     import base64
     nb = json.loads((project_root()/'nbs'/'05_figures.ipynb').read_text(encoding='utf-8'))
-    pngs = [o for c in nb['cells'] if c['cell_type'] == 'code' for o in c.get('outputs', []) if 'image/png' in o.get('data', {})]
-    assert pngs
+    draw = next(f.draw.__name__ for f in FIGURES.values() if f.paper == 'Figure 2')   # the cell that draws Figure 2
+    pngs = [o for c in nb['cells'] if c['cell_type'] == 'code' and f'{draw}(' in ''.join(c['source'])
+            for o in c.get('outputs', []) if 'image/png' in o.get('data', {})]
+    assert len(pngs) == 1, len(pngs)
     # the width it is shown at: the inline backend's (a retina image is shown at half its pixels), else the PNG header's
     shown = pngs[0].get('metadata', {}).get('image/png', {}).get('width')
     width = shown or int.from_bytes(base64.b64decode(pngs[0]['data']['image/png'])[16:20], 'big')
