@@ -34,7 +34,7 @@ from .runs import PretrainConfig, grad_accum, pretrain_config, pretrain_run
 from .sizes import FLOP_CONVENTION, flops_per_token, memory_estimate, memory_line, model_config
 from .corpus import EMBEDDED_SOURCES
 from .model import (Transformer, attention_kernel, build_model, check_checkpoint, check_finite_weights, compile_blocks,
-                          config_from_hf, default_backend, load, save)
+                          config_from_hf, default_backend, load, logged_losses, model_card, save)
 from .data import TokenStore, load_tokenizer, open_store
 from .objectives import MEASURED, adamw, attention_span, device_peak_flops, lm_loss, make_batch, wsd_schedule
 from .packing import to_device
@@ -1161,9 +1161,11 @@ def keep_checkpoint(run: Run, state: TrainState, phase_index: int, phase: Phase)
                 tokens_seen=state.tokens_seen, data=_tokens_read(run, state), run_id=run.run_id,
                 init_from=run.cfg.init_from, seed=run.cfg.seed)
     weights = _full_weights(run)
+    card = model_card(meta, read_json(run.folder/'run.json'), logged_losses(run.folder/'metrics.jsonl', state.step)) \
+           if run.is_main else None
     def write(tmp):
         if run.is_main: save(run.raw_model, tmp, tokenizer=run.tokenizer, is_causal=phase.is_causal, metadata=meta,
-                             weights=weights)
+                             weights=weights, card=card)
         _write_state(run, state, tmp/'state')
     return _atomic_dir(run.folder/'checkpoints'/f'step-{state.step}', write, run)
 
