@@ -37,6 +37,7 @@ from .model import (HEADS, Head, TaskModel, Transformer, build_model, check_chec
                           compile_blocks, default_backend, layout_of, load, save)
 from .data import load_tokenizer, tokenizer_sha
 from .objectives import activation_bytes, adamw
+from .pretrain import Trackers
 from .sizes import GIB, MODEL_SIZES, ModelConfig, memory_estimate, model_config, param_counts, stored_activation_bytes
 from .packing import (HEAD_LOSSES, HeadLoss, batch_backward, collate_packed, collate_padded, micro_batches,
                             to_device, unpack_examples, unpack_tokens)
@@ -1011,7 +1012,8 @@ def finetune_sweep(cfg: FinetuneConfig,
     def task(t):   # tag names the dataset itself carries replace the registry's
         if t not in data: data[t] = _load_recorded(t, cfg, results, meta)
         return dataclasses.replace(TASKS[t], labels=data[t]['labels']) if 'labels' in data[t] else TASKS[t]
-    with StoreWriter(results, note=f'finetune {name}') as store:
+    with StoreWriter(results, note=f'finetune {name}') as store, \
+         Trackers(cfg.log_with, f'finetune-{name}', results.parent/'logs', dataclasses.asdict(cfg)) as trackers:
         for run in tqdm(todo, desc=f'fine-tune {name}', unit='run', disable=not cfg.progress):
             with claim_work(results, run.work, lease_s) as mine:
                 # another worker holds it, or finished it since we looked: skip
@@ -1019,4 +1021,6 @@ def finetune_sweep(cfg: FinetuneConfig,
                 train, evals = task(run.train_task), [task(d) for d in run.datasets]
                 rows = finetune_run(train, evals, data, base, tok, run.lr, run.seed, cfg)
                 store.append([{**sweep_settings(cfg), **dict(meta, lr=run.lr, seed=run.seed, **r)} for r in rows], supersedes=force)
+                trackers.log({f"{r['dataset']}/{k}": r[k] for r in rows for k in ('val_score', 'test_score')}
+                             | dict(lr=run.lr, seed=run.seed))   # one step per finished run
     return results

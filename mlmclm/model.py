@@ -26,19 +26,21 @@ except ImportError: DynamicInt = None
 from transformers import AutoModelForMaskedLM, LlamaConfig, LlamaForCausalLM
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from .core import ConfigError, atomic_path, atomic_write_json, build_config, pick_dtype
+from .core import (ConfigError, atomic_path, atomic_write_json, atomic_write_text, build_config, git_commit,
+                         pick_dtype, read_jsonl)
 from .vocab import parse_run_name
 from .sizes import MODEL_SIZES, ModelConfig, model_config
 
 # %% auto #0
-__all__ = ['HALF', 'POOLINGS', 'HEADS', 'SUPPORTED_MODEL_TYPES', 'RELEASE_OWNER', 'SHAPE_FIELDS', 'RMSNorm', 'MLP', 'Rotary',
-           'rotate_half', 'apply_rope', 'allowed_attention', 'varlen_layout', 'host_layout', 'layout_of',
-           'reference_varlen', 'torch_varlen_kernel', 'varlen_kernel', 'attention_kernel', 'default_backend',
-           'sdpa_inputs', 'layer_kernel', 'Attention', 'Block', 'document_positions', 'unpad', 'repad',
-           'symbolic_layout', 'Body', 'Output', 'Transformer', 'build_model', 'mean_pool', 'pool', 'pool_padded',
-           'real_tokens', 'Head', 'TaskModel', 'compile_blocks', 'HostSyncs', 'LlamaForMaskedLM',
-           'register_with_transformers', 'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder',
-           'check_checkpoint', 'check_finite_weights', 'release_shape_differences', 'load', 'parity_error']
+__all__ = ['HALF', 'POOLINGS', 'HEADS', 'SUPPORTED_MODEL_TYPES', 'RELEASE_OWNER', 'SHAPE_FIELDS', 'CHECKPOINT_FILES',
+           'PUSH_IGNORED', 'RMSNorm', 'MLP', 'Rotary', 'rotate_half', 'apply_rope', 'allowed_attention',
+           'varlen_layout', 'host_layout', 'layout_of', 'reference_varlen', 'torch_varlen_kernel', 'varlen_kernel',
+           'attention_kernel', 'default_backend', 'sdpa_inputs', 'layer_kernel', 'Attention', 'Block',
+           'document_positions', 'unpad', 'repad', 'symbolic_layout', 'Body', 'Output', 'Transformer', 'build_model',
+           'mean_pool', 'pool', 'pool_padded', 'real_tokens', 'Head', 'TaskModel', 'compile_blocks', 'HostSyncs',
+           'LlamaForMaskedLM', 'register_with_transformers', 'logged_losses', 'model_card', 'to_llama_config_dict',
+           'save', 'config_from_hf', 'is_state_folder', 'check_checkpoint', 'check_finite_weights',
+           'release_shape_differences', 'load', 'check_pushable', 'push_checkpoint', 'main', 'parity_error']
 
 # %% ../nbs/01_model.ipynb #02bd253c
 class RMSNorm(nn.Module):
@@ -600,6 +602,86 @@ def register_with_transformers() -> None:
     "Let `AutoModelForMaskedLM` (and so `pipeline('fill-mask')`) open Llama-layout MLM checkpoints (`save` and `load` call it)."
     AutoModelForMaskedLM.register(LlamaConfig, LlamaForMaskedLM, exist_ok=True)   # a dictionary entry: no weights, no network
 
+# %% ../nbs/01_model.ipynb #03605c7e
+def logged_losses(metrics: Path, step: int) -> dict:
+    "The last training and held-out losses `metrics.jsonl` holds at or before `step`: what a checkpoint's model card reports."
+    rows = [r for r in (read_jsonl(metrics) if metrics.is_file() else []) if r['step'] <= step]
+    train = next((r for r in reversed(rows) if r.get('loss') is not None), {})
+    held = next((r for r in reversed(rows) if r.get('heldout_loss') is not None), {})
+    return dict(step=train.get('step'), loss=train.get('loss'), heldout_step=held.get('step'), heldout_loss=held.get('heldout_loss'))
+
+
+def _card_schedule(meta: dict) -> str:
+    "The phases of the run, as the released names spell them: 'clm for 2 steps, then mlm40 for 6 steps'."
+    def label(p): return 'clm' if p['objective'] == 'clm' else f"mlm{round(p['mask_ratio'] * 100)}"
+    return ', then '.join(f"{label(p)} for {p['steps']:,} steps" for p in meta.get('phases') or []) or 'not recorded'
+
+
+def _card_loading(checkpoint: str) -> str:
+    "The card's loading snippet: plain transformers (encoder, fill-mask pipeline) and sentence-transformers."
+    return f"""```python
+from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, pipeline
+
+checkpoint = {checkpoint!r}   # this folder (its path), or its hub id once pushed
+tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+# the encoder with bidirectional attention: one vector per token
+encoder = AutoModel.from_pretrained(checkpoint, is_causal=False)
+hidden = encoder(**tokenizer("To be, or not to be", return_tensors="pt")).last_hidden_state
+# with its language-model head, as a fill-mask pipeline
+lm = AutoModelForCausalLM.from_pretrained(checkpoint, is_causal=False)
+fill = pipeline("fill-mask", model=lm, tokenizer=tokenizer)
+predictions = fill(f"To be, or not to {{tokenizer.mask_token}}", top_k=3)
+```
+
+As a sentence-transformers model (mean pooling over the tokens):
+
+```python
+from sentence_transformers import SentenceTransformer
+
+embedder = SentenceTransformer(checkpoint, config_kwargs={{"is_causal": False}})
+embeddings = embedder.encode(["To be, or not to be", "That is the question"])
+```"""
+
+
+def model_card(meta: dict,                   # the checkpoint's `mlmclm.json` (what `save` gets as `metadata`)
+               run: dict | None = None,      # the run's `run.json` record (its config and environment), if any
+               losses: dict | None = None,   # last logged losses: step, loss (training), heldout_step, heldout_loss
+               checkpoint: str = '.',        # what the loading snippet opens: the folder, or its hub id
+              ) -> str:
+    "The checkpoint's `README.md`: a Hugging Face model card (YAML metadata, what was trained, how to load it)."
+    from huggingface_hub import ModelCardData
+    from mlmclm import __version__
+    cfg, env = (run or {}).get('config') or {}, (run or {}).get('environment') or {}
+    objectives = sorted({p['objective'] for p in meta.get('phases') or []} | ({meta['objective']} if meta.get('objective') else set()))
+    git = env.get('git') or git_commit()
+    commit = f"{git['commit'][:12]}{'+dirty' if git.get('dirty') else ''}" if git.get('commit') else 'not in a git checkout'
+    header = ModelCardData(library_name='transformers', pipeline_tag='fill-mask', license=meta.get('license'),
+                           tags=['mlmclm', 'llama', *objectives],
+                           datasets=['HuggingFaceFW/fineweb-edu'] if cfg.get('data') == 'fineweb-edu' else None)
+    data, losses = meta.get('data') or {}, losses or {}
+    rows = [('run', meta.get('run_id') or meta.get('source') or 'not recorded'),
+            ('objective schedule', f"`{meta.get('schedule', 'not recorded')}`: {_card_schedule(meta)}"),
+            ('step', f"{meta['step']:,} of {cfg['total_steps']:,}" if 'step' in meta and 'total_steps' in cfg
+                     else f"{meta['step']:,}" if 'step' in meta else 'not recorded'),
+            ('tokens seen', f"{meta['tokens_seen']:,}" if 'tokens_seen' in meta else 'not recorded'),
+            ('data', f"{cfg.get('data', 'not recorded')}"
+                     + (f", store {data['store_id']}, tokens {data['first_token']:,} to {data['end_token']:,}"
+                        if 'store_id' in data else '')),
+            ('initialised from', meta.get('init_from') or 'random weights'),
+            ('seed', meta.get('seed', 'not recorded')),
+            ('training loss', f"{losses['loss']:.4f} at step {losses['step']:,}" if losses.get('loss') is not None else 'not recorded'),
+            ('held-out loss', f"{losses['heldout_loss']:.4f} at step {losses.get('heldout_step', losses.get('step')):,}"
+                              if losses.get('heldout_loss') is not None else 'not recorded'),
+            ('settings', ', '.join(f'{k}={cfg[k]}' for k in ('size', 'seq_len', 'global_batch', 'batch_size', 'lr',
+                                                             'warmup_steps', 'decay_steps') if cfg.get(k) is not None) or 'not recorded'),
+            ('mlmclm', f'{__version__}, git commit {commit}')]
+    table = '\n'.join(['| | |', '|---|---|', *(f'| {k} | {v} |' for k, v in rows)])
+    title = f"{meta['run_id']} at step {meta['step']}" if meta.get('run_id') and 'step' in meta else 'mlmclm checkpoint'
+    return (f'---\n{header.to_yaml()}\n---\n\n# {title}\n\nA Llama-layout model trained by '
+            f'[mlmclm](https://github.com/mlmclm/mlmclm) (MLM and CLM pretraining of encoders, after "Should We Still Pretrain '
+            f'Encoders with Masked Language Modeling?").\n\n## Training\n\n{table}\n\n## How to load it\n\n'
+            f'{_card_loading(checkpoint)}\n')
+
 # %% ../nbs/01_model.ipynb #f0b6f219
 def to_llama_config_dict(cfg: ModelConfig) -> dict:
     "The `transformers.LlamaConfig` fields of `cfg`."
@@ -616,6 +698,7 @@ def save(model: Transformer,
          is_causal: bool | None = None,       # attention mode to record; the model config's by default
          metadata: dict | None = None,        # extra JSON written to mlmclm.json (training state, provenance)
          weights: dict | None = None,         # the weights to write (e.g. gathered from FSDP shards); `model`'s own when None
+         card: str | None = None,             # the README.md model card; `model_card(metadata)` when None
         ) -> Path:
     "Save `model` as a Hugging Face Llama checkpoint."
     from safetensors.torch import save_file
@@ -629,6 +712,7 @@ def save(model: Transformer,
     atomic_write_json(path/'config.json', to_llama_config_dict(cfg))
     if tokenizer is not None: tokenizer.save_pretrained(str(path))
     if metadata is not None: atomic_write_json(path/'mlmclm.json', metadata)
+    atomic_write_text(path/'README.md', card if card is not None else model_card(metadata or {}))
     return path
 
 # %% ../nbs/01_model.ipynb #7a45f4bd
@@ -790,6 +874,74 @@ def load(path_or_name: str | Path,       # our checkpoint, a HF Llama-family dec
     if missing_head: print(f'{folder}: no LM head in the checkpoint; a freshly initialised one was added')
     return model.to(dtype)
 
+# %% ../nbs/01_model.ipynb #5caaf2fa
+CHECKPOINT_FILES = ('config.json', 'model.safetensors')
+PUSH_IGNORED = ('state/**', '.complete', '*.tmp*')   # the training state and the atomic writes' leftovers stay here
+
+
+def check_pushable(folder: str | Path) -> Path:
+    "`folder` as a checkpoint folder that can be pushed; `ConfigError` naming it and what it lacks otherwise."
+    path = Path(folder)
+    if not path.is_dir(): raise ConfigError(f'{str(folder)!r} is not a folder; give a checkpoint folder (runs/<run>/checkpoints/step-<N>)')
+    if is_state_folder(path):
+        raise ConfigError(f'{str(folder)!r} is a training-state folder (a thing to resume), not a model; push its '
+                          f'checkpoint, runs/<run>/checkpoints/step-<N>')
+    missing = [f for f in CHECKPOINT_FILES if not (path/f).is_file()]
+    if missing: raise ConfigError(f'{str(folder)!r} is not a checkpoint folder: it has no {" or ".join(missing)} '
+                                  f'(a checkpoint holds {", ".join(CHECKPOINT_FILES)} and its tokenizer)')
+    return path
+
+
+def _run_records(path: Path) -> tuple[dict, dict | None, dict | None]:
+    "A checkpoint's metadata, and the `run.json` and logged losses of the run it belongs to (`runs/<run>/checkpoints/step-N`)."
+    meta = json.loads((path/'mlmclm.json').read_text()) if (path/'mlmclm.json').is_file() else {}
+    run_folder = path.resolve().parent.parent
+    run = json.loads((run_folder/'run.json').read_text()) if (run_folder/'run.json').is_file() else None
+    return meta, run, logged_losses(run_folder/'metrics.jsonl', meta['step']) if 'step' in meta else None
+
+
+def push_checkpoint(folder: str | Path,          # a checkpoint folder (`runs/<run>/checkpoints/step-<N>`)
+                    repo_id: str,                # the hub repository, 'user/name'
+                    private: bool = False,       # create the repository private
+                    token: str | None = None,    # a hub token (None: the login's)
+                    api=None,                    # an `HfApi` (None: a new one)
+                   ) -> str:
+    "Upload `folder` to the hub model repository `repo_id` (created if missing); returns the commit's URL."
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+    path = check_pushable(folder)
+    try: validate_repo_id(repo_id)
+    except HFValidationError as e: raise ConfigError(f'repo_id={repo_id!r} is not a hub repository id ({e})') from None
+    if '/' not in repo_id: raise ConfigError(f"repo_id={repo_id!r} needs its owner: 'user/name' or 'organisation/name'")
+    api = api or HfApi(token=token)
+    try: api.create_repo(repo_id, repo_type='model', private=private, exist_ok=True)
+    except (OSError, HfHubHTTPError) as e:   # offline mode and network errors are OSErrors (ConnectionError)
+        raise RuntimeError(f'cannot push {str(folder)!r} to {repo_id!r}: the hub did not answer ({type(e).__name__}: '
+                           f'{e}). Pushing needs the network, HF_HUB_OFFLINE unset, and a login (`hf auth login`) '
+                           f'or a token; nothing was uploaded') from e
+    meta, run, losses = _run_records(path)
+    atomic_write_text(path/'README.md', model_card(meta, run, losses, checkpoint=repo_id))   # the snippet opens the hub id
+    info = api.upload_folder(folder_path=str(path), repo_id=repo_id, repo_type='model', ignore_patterns=list(PUSH_IGNORED),
+                             commit_message=f"mlmclm checkpoint {meta.get('run_id', path.name)} step {meta.get('step', '?')}")
+    return str(getattr(info, 'commit_url', info))
+
+
+def main(argv: list[str] | None = None) -> None:
+    "`python -m mlmclm.model push CHECKPOINT REPO` (also `mlmclm push`): upload a checkpoint folder to the hub."
+    import argparse, sys
+    parser = argparse.ArgumentParser(prog='mlmclm push', description='Upload a checkpoint folder to a Hugging Face model repository.')
+    sub = parser.add_subparsers(dest='command', required=True)
+    push = sub.add_parser('push', help='upload a checkpoint folder (its model card included; its state/ left out)')
+    push.add_argument('checkpoint', help='checkpoint folder, e.g. runs/<run>/checkpoints/step-<N>')
+    push.add_argument('repo', help="hub repository id, 'user/name' (created if missing)")
+    push.add_argument('--private', action='store_true', help='create the repository private')
+    push.add_argument('--token', default=None, help='hub token (default: the login of `hf auth login`)')
+    args = parser.parse_args(argv)
+    try: print(push_checkpoint(args.checkpoint, args.repo, private=args.private, token=args.token))
+    except ConfigError as e: print(f'mlmclm push: {e}', file=sys.stderr); raise SystemExit(2) from None
+    except RuntimeError as e: print(f'mlmclm push: {e}', file=sys.stderr); raise SystemExit(1) from None
+
 # %% ../nbs/01_model.ipynb #41cf2422
 def parity_error(a: nn.Module, b: nn.Module, input_ids: torch.Tensor, is_causal: bool) -> float:
     "Largest absolute logit difference between our model `a` and a transformers model `b` on `input_ids`."
@@ -797,3 +949,6 @@ def parity_error(a: nn.Module, b: nn.Module, input_ids: torch.Tensor, is_causal:
         ours = a(input_ids, is_causal=is_causal).logits
         theirs = b(input_ids).logits
     return (ours.float() - theirs.float()).abs().max().item()
+
+# %% ../nbs/01_model.ipynb #07eda30d
+if __name__ == '__main__' and not hasattr(__import__('builtins'), '__IPYTHON__'): main()   # python -m mlmclm.model push ...

@@ -30,20 +30,20 @@ from .core import (LEASE_S, ClaimHeld, ConfigError, append_jsonl, atomic_write_j
                          claim_holder, claim_state, config_help, parse_setting, pick_device, pick_dtype, read_json,
                          read_jsonl, seed_everything, to_json, write_run_record)
 from .vocab import AdamW, Phase, parse_schedule, phase_at, switch_steps
-from .runs import PretrainConfig, grad_accum, pretrain_config, pretrain_run
+from .runs import PretrainConfig, grad_accum, pretrain_config, pretrain_run, tracker_names
 from .sizes import FLOP_CONVENTION, flops_per_token, memory_estimate, memory_line, model_config
 from .corpus import EMBEDDED_SOURCES
 from .model import (Transformer, attention_kernel, build_model, check_checkpoint, check_finite_weights, compile_blocks,
-                          config_from_hf, default_backend, load, save)
+                          config_from_hf, default_backend, load, logged_losses, model_card, save)
 from .data import TokenStore, load_tokenizer, open_store
 from .objectives import MEASURED, adamw, attention_span, device_peak_flops, lm_loss, make_batch, wsd_schedule
 from .packing import to_device
 
 # %% auto #0
 __all__ = ['EMPTY_BATCHES_ALLOWED', 'COMPLETE', 'STATE_MANIFEST', 'FULL_DISK_BYTES', 'STATE_CHECKSUMS', 'HELDOUT_SEED',
-           'resolve_phases', 'check_pretrain_config', 'step_batches', 'prefetched', 'recover_swaps', 'state_folder',
-           'save_training_state', 'load_training_state', 'StateError', 'seal_state', 'trusted_uids',
-           'check_state_owner', 'check_state', 'TrainState', 'Run', 'check_same_store', 'heldout_rows_of',
+           'resolve_phases', 'check_trackers', 'check_pretrain_config', 'step_batches', 'prefetched', 'recover_swaps',
+           'state_folder', 'save_training_state', 'load_training_state', 'StateError', 'seal_state', 'trusted_uids',
+           'check_state_owner', 'check_state', 'TrainState', 'Run', 'Trackers', 'check_same_store', 'heldout_rows_of',
            'heldout_first_token', 'setup', 'batch_stream', 'train_step', 'heldout_batches', 'heldout_loss',
            'Throughput', 'log_metrics', 'keep_checkpoint', 'link_state', 'save_if_due', 'pretrain', 'command_config',
            'main', 'loss_figure']
@@ -54,8 +54,22 @@ def resolve_phases(cfg: PretrainConfig) -> list[Phase]:
     return parse_schedule(cfg.schedule, cfg.total_steps, cfg.clm_steps, cfg.clm_fraction, cfg.mask_ratio)
 
 
+def check_trackers(log_with: str | None) -> list[str]:
+    "The trackers `log_with` names; `ConfigError` for an unknown one or one whose package is not installed."
+    names = tracker_names(log_with)
+    if names:
+        from accelerate.tracking import get_available_trackers
+        have = {str(t) for t in get_available_trackers()}
+        missing = [n for n in names if n not in have]
+        if missing: raise ConfigError(f"log_with={log_with!r}: the package of tracker {missing[0]!r} is not installed, so "
+                                      f"accelerate cannot log to it; install it (pip install {missing[0].replace('_', '-')}) "
+                                      f"or leave it out of log_with")
+    return names
+
+
 def check_pretrain_config(cfg: PretrainConfig) -> list[Phase]:
     "Every check that can fail before any data is read or model built; returns the phases."
+    check_trackers(cfg.log_with)
     for f in dataclasses.fields(cfg):
         if isinstance(v := getattr(cfg, f.name), float) and not math.isfinite(v):
             raise ConfigError(f'{f.name}={v} is not a finite number')
@@ -683,6 +697,7 @@ class Run:
     claim: object = None     # the main process's claim on the run (`mlmclm.core.Claim`), held while it trains
     memory: dict | None = None   # the estimated peak memory of one process (`mlmclm.sizes.memory_estimate`)
     heldout: dict = dataclasses.field(default_factory=dict)   # the held-out micro-batches of each phase, made once
+    trackers: object = dataclasses.field(default_factory=lambda: Trackers(None, ''))   # experiment trackers (`log_with`)
 
     @property
     def state_dir(self) -> Path: return self.folder/'state'
@@ -729,8 +744,7 @@ def _accelerator(cfg: PretrainConfig):
     from accelerate import Accelerator
     device = pick_device(cfg.device)
     bf16 = pick_dtype(device) == torch.bfloat16
-    kw = dict(cpu=device.type == 'cpu', mixed_precision='bf16' if bf16 else 'no',
-              log_with='tensorboard' if cfg.tensorboard else None)
+    kw = dict(cpu=device.type == 'cpu', mixed_precision='bf16' if bf16 else 'no')
     if not cfg.fsdp:   # DDP's gradients live in its buckets: no second fp32 copy of every gradient
         from accelerate.utils import DistributedDataParallelKwargs
         return Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(gradient_as_bucket_view=True)], **kw)
@@ -745,8 +759,41 @@ def _session(acc) -> str:
     from accelerate.utils import broadcast_object_list
     return str(broadcast_object_list([os.getpid()])[0]) if acc.num_processes > 1 else str(os.getpid())
 
+# %% ../nbs/02_pretrain.ipynb #abe2153c
+class Trackers:
+    "A run's experiment trackers (accelerate's classes), on the main process only; `log` sends metrics to each."
+    def __init__(self, log_with: str | None,  # tracker names (`mlmclm.runs.tracker_names`); None: none
+                 project: str,                # the project / experiment name the trackers file the run under
+                 logging_dir: Path | str = '.',   # where trackers that write files locally (TensorBoard) write them
+                 config: dict | None = None,  # the run's settings, logged as its parameters
+                 main: bool = True):          # False on the other processes: they log nothing
+        self.names, self.trackers, self.step = check_trackers(log_with), [], 0
+        if not main: return
+        from accelerate.tracking import LOGGER_TYPE_TO_CLASS
+        for name in self.names:
+            kind = LOGGER_TYPE_TO_CLASS[name]
+            tracker = kind(project, str(logging_dir)) if kind.requires_logging_directory else kind(project)
+            tracker.start(); self.trackers.append(tracker)
+        if config is not None:
+            params = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in config.items()}
+            for t in self.trackers: t.store_init_configuration(params)
+
+    def log(self, values: dict, step: int | None = None) -> None:
+        "Send the numbers of `values` to every tracker at `step` (None: one past the last step logged)."
+        self.step = self.step + 1 if step is None else step
+        numbers = {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        for t in self.trackers: t.log(numbers, step=self.step)
+
+    def finish(self) -> None:
+        "Close every tracker (flushes their files)."
+        for t in self.trackers: t.finish()
+        self.trackers = []
+
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.finish()
+
 # %% ../nbs/02_pretrain.ipynb #0e40fa62
-_SESSION_FIELDS = ('progress', 'stop_at_step', 'prefetch', 'log_every', 'save_every', 'checkpoint_steps', 'tensorboard',
+_SESSION_FIELDS = ('progress', 'stop_at_step', 'prefetch', 'log_every', 'save_every', 'checkpoint_steps', 'log_with',
                    'out_dir', 'store_dir', 'data_workers', 'device', 'attn_backend', 'compile', 'fsdp',
                    'on_config_change', 'run_id', 'heldout_rows', 'heldout_every', 'save',
                    'trust_state_from')   # how a session runs, not what it computes
@@ -1020,7 +1067,7 @@ def _setup_claimed(cfg: PretrainConfig, acc, phases: list, accumulation: int, he
     state, extra = _resume(run)                   # after `prepare`: FSDP shards the weights the state is loaded into
     run.data_offset, why = _data_offset(cfg, store, extra)
     if run.is_main: _record(run, state, why, history, replaced, repairs)
-    if cfg.tensorboard: acc.init_trackers(run_id)
+    run.trackers = Trackers(cfg.log_with, run_id, folder/'logs', dataclasses.asdict(cfg), main=run.is_main)
     return run, state
 
 # %% ../nbs/02_pretrain.ipynb #fb888861
@@ -1137,7 +1184,7 @@ def log_metrics(run: Run, state: TrainState, phase_index: int, phase: Phase, los
     if attn_spans is not None: attn_spans.clear()
     if run.is_main:
         append_jsonl(run.folder/'metrics.jsonl', row)
-        if run.cfg.tensorboard: run.acc.log({k: v for k, v in row.items() if isinstance(v, (int, float))}, step=state.step)
+        run.trackers.log(row, step=state.step)
     return row
 
 
@@ -1162,9 +1209,11 @@ def keep_checkpoint(run: Run, state: TrainState, phase_index: int, phase: Phase)
                 tokens_seen=state.tokens_seen, data=_tokens_read(run, state), run_id=run.run_id,
                 init_from=run.cfg.init_from, seed=run.cfg.seed)
     weights = _full_weights(run)
+    card = model_card(meta, read_json(run.folder/'run.json'), logged_losses(run.folder/'metrics.jsonl', state.step)) \
+           if run.is_main else None
     def write(tmp):
         if run.is_main: save(run.raw_model, tmp, tokenizer=run.tokenizer, is_causal=phase.is_causal, metadata=meta,
-                             weights=weights)
+                             weights=weights, card=card)
         _write_state(run, state, tmp/'state')
     return _atomic_dir(run.folder/'checkpoints'/f'step-{state.step}', write, run)
 
@@ -1221,7 +1270,7 @@ def pretrain(cfg: PretrainConfig,  # a checked config (`mlmclm.runs.pretrain_con
         atomic_write_json(run.folder/'done.json', dict(step=state.step, tokens_seen=state.tokens_seen, run_id=run.run_id,
                                                        data=_tokens_read(run, state)))
     run.release()   # after done.json: whoever looks next finds the run done, never free and unfinished
-    if cfg.tensorboard: run.acc.end_training()
+    run.trackers.finish()
     return run.folder
 
 # %% ../nbs/02_pretrain.ipynb #d76c6f03

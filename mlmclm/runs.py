@@ -20,13 +20,13 @@ from .vocab import (ADAMW, E3_STEPS, FINETUNE, FINETUNE_OPTIONS, PAPER_LRS, PAPE
                           SIZE_ORDER, TRAIN_ON, check_protocol_axes, parse_run_name)
 
 # %% auto #0
-__all__ = ['SEED_MAX', 'LR_MAX', 'BIPHASIC_CLM_FRACTION', 'FSDP_SIZES', 'FINETUNE_PRESETS', 'KEYED', 'BUDGET', 'COMPARED',
-           'RESOLVED', 'CELL', 'PER_DATASET', 'NOT_RECORDED', 'OLDER_ROWS', 'AUTHORS_ROWS', 'comma_numbers',
-           'step_defaults', 'PretrainConfig', 'grad_accum', 'default_run_id', 'paper_preset', 'pretrain_preset',
-           'pretrain_config', 'write_paper_configs', 'FinetuneConfig', 'finetune_preset', 'finetune_config',
-           'finetune_grid', 'lr_text', 'run_key', 'FinetuneRun', 'finetune_runs', 'row_cell', 'sweep_settings',
-           'cell_differences', 'claim_status', 'PretrainRun', 'pretrain_run', 'shard_dir', 'work_claim_path',
-           'claim_work']
+__all__ = ['SEED_MAX', 'LR_MAX', 'TRACKERS', 'BIPHASIC_CLM_FRACTION', 'FSDP_SIZES', 'FINETUNE_PRESETS', 'KEYED', 'BUDGET',
+           'COMPARED', 'RESOLVED', 'CELL', 'PER_DATASET', 'NOT_RECORDED', 'OLDER_ROWS', 'AUTHORS_ROWS', 'comma_numbers',
+           'tracker_names', 'legacy_tensorboard', 'step_defaults', 'PretrainConfig', 'grad_accum', 'default_run_id',
+           'paper_preset', 'pretrain_preset', 'pretrain_config', 'write_paper_configs', 'FinetuneConfig',
+           'finetune_preset', 'finetune_config', 'finetune_grid', 'lr_text', 'run_key', 'FinetuneRun', 'finetune_runs',
+           'row_cell', 'sweep_settings', 'cell_differences', 'claim_status', 'PretrainRun', 'pretrain_run', 'shard_dir',
+           'work_claim_path', 'claim_work']
 
 # %% ../nbs/00b_runs.ipynb #0c930ab7
 SEED_MAX = 2**32 - 1   # numpy's limit; every seed of the study fits (the paper's are 0-4 and 42)
@@ -44,6 +44,28 @@ def comma_numbers(text: str, name: str, whole: bool = False) -> list:
         if not whole and not (math.isfinite(v) and 0 < v <= LR_MAX):
             raise ConfigError(f'{name}={text!r} holds {v:g}; learning rates are numbers in (0, {LR_MAX:g}], e.g. 1e-4,1e-3')
     return [int(v) for v in values] if whole else values
+
+# %% ../nbs/00b_runs.ipynb #a2f14253
+TRACKERS = ('tensorboard', 'wandb', 'mlflow', 'trackio', 'comet_ml', 'aim', 'clearml', 'dvclive', 'swanlab')   # accelerate's
+
+def tracker_names(log_with: str | None,  # a comma list of tracker names, or None / '' for none
+                 ) -> list[str]:
+    "The experiment trackers `log_with` names, in order, each once; `ConfigError` for a name accelerate does not support."
+    names = list(dict.fromkeys(n.strip() for n in (log_with or '').split(',') if n.strip()))
+    unknown = [n for n in names if n not in TRACKERS]
+    if unknown: raise ConfigError(f"log_with={log_with!r} names {unknown[0]!r}, which is not a tracker accelerate supports; "
+                                  f"allowed: {', '.join(TRACKERS)} (a comma list), or None for none")
+    return names
+
+
+def legacy_tensorboard(values: dict) -> dict:
+    "`values` with the old switch `tensorboard` (before `log_with`) read as `log_with='tensorboard'` (or none), said aloud."
+    if 'tensorboard' not in values: return values
+    values = dict(values); old = values.pop('tensorboard')
+    if values.get('log_with') is None:
+        values['log_with'] = 'tensorboard' if old in (True, 'True', 'true', '1', 1) else None
+    print(f"tensorboard={old!r} is the old spelling of log_with; read as log_with={values['log_with']!r}")
+    return values
 
 # %% ../nbs/00b_runs.ipynb #187dc684
 BIPHASIC_CLM_FRACTION = 0.25
@@ -115,7 +137,8 @@ class PretrainConfig:
     prefetch: int = param(2, 'steps of batches prepared ahead in a background thread (0: inline)', low=0)
     compile: bool | None = param(None, 'torch.compile each transformer block; None: on CUDA, off elsewhere')
     gradient_checkpointing: bool = param(False, 'recompute activations in backward (saves memory for 1b)')
-    tensorboard: bool = param(False, 'also log to TensorBoard (needs the tensorboard package)')
+    log_with: str | None = param(None, "experiment trackers as accelerate names them: 'tensorboard', 'wandb', "
+                                       "'mlflow', 'trackio', ... or a comma list; None: metrics.jsonl only")
     progress: bool = param(True, 'show a progress bar')
     on_config_change: str = param('refuse', "run_id trained before with other settings: 'refuse', 'force_new' (the "
                                   "old folder is moved aside) or 'resume_anyway' (the state goes on under the new "
@@ -123,6 +146,7 @@ class PretrainConfig:
                                   choices=('refuse', 'force_new', 'resume_anyway'))
 
     def __post_init__(self):   # the settings left at None that follow from others (see above)
+        tracker_names(self.log_with)   # an unknown tracker is refused here
         for k, v in step_defaults(self.total_steps).items():
             if getattr(self, k) is None: setattr(self, k, v)
         if self.heldout_every is None:   # its forward passes cost at most about a third of a training step per step
@@ -148,7 +172,7 @@ def grad_accum(global_batch: int | None,  # rows per optimizer step, all process
 # %% ../nbs/00b_runs.ipynb #e0a1a2cb
 # they change how a run goes, not its numbers
 _NOT_IN_RUN_ID = ('progress', 'stop_at_step', 'run_id', 'prefetch', 'store_dir', 'data_workers', 'fsdp', 'on_config_change',
-                  'heldout_rows', 'heldout_every', 'save', 'trust_state_from')
+                  'heldout_rows', 'heldout_every', 'save', 'trust_state_from', 'log_with')
 
 def default_run_id(cfg: PretrainConfig) -> str:
     "A readable, config-specific folder name: size, schedule, steps and a hash of the fields set off their defaults."
@@ -195,7 +219,7 @@ def pretrain_preset(name: str | None) -> dict:
 def pretrain_config(preset: str | None = None,  # see `pretrain_preset`
                     **overrides) -> PretrainConfig:
     "The checked pretraining config of `preset` with `overrides`: what every launcher runs."
-    return build_config(PretrainConfig, {**pretrain_preset(preset), **overrides})
+    return build_config(PretrainConfig, legacy_tensorboard({**pretrain_preset(preset), **overrides}))
 
 
 def write_paper_configs(names: list[str], folder: str | Path) -> list[Path]:
@@ -249,6 +273,10 @@ class FinetuneConfig:
     device: str | None = param(None, "'cpu', 'cuda', ...; None picks")
     compile: bool | None = param(None, 'torch.compile each transformer block; None: on CUDA, off elsewhere')
     progress: bool = param(True, 'show a progress bar')
+    log_with: str | None = param(None, "experiment trackers as accelerate names them: 'tensorboard', 'wandb', "
+                                       "'mlflow', 'trackio', ... or a comma list; None: the results store only")
+
+    def __post_init__(self): tracker_names(self.log_with)   # an unknown tracker is refused here
 
 
 FINETUNE_PRESETS = {

@@ -103,9 +103,9 @@ PRETRAIN_VALUES = dict(schedule='biphasic', clm_steps=3, total_steps=6, mask_rat
                        trust_state_from='any')
 # left at their defaults here, each for a reason (the test above passes every one of them): a larger model or
 # sharding is minutes of CPU, init_from/resume_from need a run first, clm_fraction excludes clm_steps, compile is
-# slow on a CPU, tensorboard is not installed, store_dir would tokenize the corpus again, and save=False would leave
-# no checkpoint for the fine-tuning test below
-NOT_PASSED = {'size', 'init_from', 'resume_from', 'clm_fraction', 'fsdp', 'compile', 'tensorboard', 'store_dir', 'out_dir',
+# slow on a CPU, log_with has its own test (tests/test_cards.py), store_dir would tokenize the corpus again, and
+# save=False would leave no checkpoint for the fine-tuning test below
+NOT_PASSED = {'size', 'init_from', 'resume_from', 'clm_fraction', 'fsdp', 'compile', 'log_with', 'store_dir', 'out_dir',
               'save'}
 
 
@@ -146,8 +146,10 @@ def test_papermill_refuses_a_misspelled_parameter_before_any_work(tmp_path):
     assert not any(tmp_path.iterdir()) or sorted(p.name for p in tmp_path.iterdir()) == ['bad.ipynb']
 
 
-def test_papermill_passes_every_finetuning_parameter_to_the_sweep(pretrained, tmp_path):
+def test_papermill_passes_every_finetuning_parameter_to_the_sweep(pretrained, tmp_path, monkeypatch):
     tmp, out, _ = pretrained
+    monkeypatch.setenv('MLFLOW_TRACKING_URI', (tmp_path/'mlruns').as_uri())   # log_with='mlflow': a local file store
+    monkeypatch.setenv('MLFLOW_ALLOW_FILE_STORE', 'true')
     assert out.returncode == 0, out.stderr[-3000:]
     values = dict(checkpoint=str(tmp/'pm'/'checkpoints'/'step-2'), checkpoint_name='pm-2', tasks='rt_sentiment',
                   lrs='0.001', seeds='1', max_steps=2, batch_size=4, micro_batch_size=2, packing=False,
@@ -155,7 +157,7 @@ def test_papermill_passes_every_finetuning_parameter_to_the_sweep(pretrained, tm
                   max_eval_examples=8, max_length=64, precision='fp32', attention='causal', pooling='last',
                   data_source='canonical', special_tokens='bos_eos', tc_mode='seqeval', qa_mode='squad',
                   ndcg_mode='standard', warmup='round', results=str(tmp_path/'results.jsonl'),
-                  save_retriever=str(tmp_path/'retrievers'), device='cpu', compile=False, progress=False)
+                  save_retriever=str(tmp_path/'retrievers'), device='cpu', compile=False, progress=False, log_with='mlflow')
     assert set(values) == set(FinetuneConfig.__dataclass_fields__)
     res = _papermill('03b_finetune.ipynb', tmp_path/'ft.ipynb', values)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -163,6 +165,7 @@ def test_papermill_passes_every_finetuning_parameter_to_the_sweep(pretrained, tm
     assert {k: read_json(record)['config'][k] for k in values} == values
     rows = [r for s in (tmp_path/'results.d').glob('*.jsonl') for r in read_jsonl(s) if 'dataset' in r]
     assert [(r['checkpoint_name'], r['attention'], r['pooling'], r['seed']) for r in rows] == [('pm-2', 'causal', 'last', 1)]
+    assert (tmp_path/'mlruns').is_dir()   # the tracker ran
 
 
 # ---------------------------------------------------------------- one key per run, whichever launcher asks
