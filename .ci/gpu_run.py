@@ -391,6 +391,7 @@ def summary(out: Path, status: dict, every: list[Part]) -> str:
         rows.append(f"| {part.name} | {s['state']} | {s['seconds']:.0f} | {cell.replace('|', '/')} |")
     errs = sorted(p.name for p in out.glob('*.err'))
     recompiles = {p.stem: len(re.findall('Recompiling', p.read_text(errors='replace'))) for p in sorted(out.glob('*.log'))}
+    setup = (out/'setup.log').read_text(errors='replace').strip().splitlines() if (out/'setup.log').exists() else []
     mode = 'CPU, tiny sizes (--cpu-tiny)' if status['tiny'] else 'GPU'
     elapsed = time.time() - status['started']
     return '\n'.join([f'# GPU run ({mode}): issue 38', '',
@@ -399,6 +400,7 @@ def summary(out: Path, status: dict, every: list[Part]) -> str:
                       '## Marks', '', *_marks(out, status), '',
                       '## Parts (most important first)', '', *rows, '',
                       '## Read first', '',
+                      *([f"- the set-up (`setup.log`): {setup[-1]}"] if setup else []),
                       f"- tracebacks: {', '.join(f'`{e}`' for e in errs) or 'none'}",
                       "- each benchmark side's `graph_breaks`, `recompiles` and `mfu` (`mfu_*.json`, the table above)",
                       "- the trainer's measured/estimate memory (`memory_1b`, `smoke-pretrain.json`): outside its band fails",
