@@ -22,7 +22,7 @@ MFU_MARK, FINETUNE_MARK = 0.45, 2.0           # issue 38: 610m at 45% MFU or mor
 class Ctx:
     out: Path
     tiny: bool
-    inject: dict   # part -> 'fail' | 'hang' (the test's way to make a part fail or overrun)
+    inject: dict   # part -> 'fail' | 'hang' | 'forkfail' (the tests' way to make a part fail, overrun, or fail forked)
 
     @property
     def device(self) -> str: return 'cpu' if self.tiny else 'cuda'
@@ -202,6 +202,8 @@ def _child(part: Part, ctx: Ctx) -> int:
     try:
         if ctx.inject.get(part.name) == 'fail': raise RuntimeError(f'{part.name}: failure injected with --inject')
         if ctx.inject.get(part.name) == 'hang': time.sleep(3600)
+        if ctx.inject.get(part.name) == 'forkfail' and os.environ.get('MLMCLM_GPU_SPAWNED') != '1':
+            raise RuntimeError(f'Cannot re-initialize CUDA in forked subprocess (injected into {part.name} with --inject)')
         write_json(ctx.out/f'{part.name}.json', part.run(ctx))
         return 0
     except BaseException:
@@ -218,7 +220,8 @@ def _start(part: Part, ctx: Ctx, fork: bool) -> int:
         cmd = [sys.executable, __file__, '--child', part.name, '--out', str(ctx.out)] + (['--cpu-tiny'] if ctx.tiny else [])
         cmd += [f'--inject={k}={v}' for k, v in ctx.inject.items()]
         with open(log, 'wb') as f:
-            return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True).pid
+            return subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                                    env=dict(os.environ, MLMCLM_GPU_SPAWNED='1')).pid
     sys.stdout.flush(); sys.stderr.flush()
     pid = os.fork()
     if pid: return pid
@@ -257,6 +260,12 @@ def run_part(part: Part, ctx: Ctx, timeout: float, fork: bool) -> dict:
     return dict(state='ok', seconds=seconds)
 
 
+FORK_ERROR = 'Cannot re-initialize CUDA in forked subprocess'
+
+
+def _text(path: Path) -> str: return path.read_text(errors='replace') if path.exists() else ''
+
+
 def _preload(out: Path) -> bool:
     "Import the package once, so that forked parts start at once; False (and `import.err`) when it fails or CUDA is up."
     try:
@@ -280,7 +289,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument('--spawn', action='store_true', help='start each part as a new interpreter instead of a fork')
     for flag, what in (('need', 'seconds a part needs left to start'), ('cap', 'seconds a part may run at most')):
         p.add_argument(f'--{flag}', action='append', default=[], metavar='PART=S', help=what)
-    p.add_argument('--inject', action='append', default=[], metavar='PART=fail|hang', help='for tests: make a part fail or hang')
+    p.add_argument('--inject', action='append', default=[], metavar='PART=fail|hang|forkfail',
+                   help='for tests: make a part fail, hang, or fail as CUDA does in a forked process')
     p.add_argument('--child', help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
@@ -291,7 +301,7 @@ def main(argv: list[str] | None = None) -> dict:
     asked = a.parts.split(',') if a.parts else names
     for name in [*asked, *pairs(a.need), *pairs(a.cap), *inject]:
         if name not in names: p.error(f'unknown part {name!r}; the parts: {", ".join(names)}')
-    if set(inject.values()) - {'fail', 'hang'}: p.error(f'--inject takes PART=fail or PART=hang, not {a.inject}')
+    if set(inject.values()) - {'fail', 'hang', 'forkfail'}: p.error(f'--inject takes PART=fail, hang or forkfail, not {a.inject}')
     ctx = Ctx(out, a.cpu_tiny, inject)
     if a.child: raise SystemExit(_child(next(x for x in every if x.name == a.child), ctx))
     need, cap = ({k: float(v) for k, v in pairs(d).items()} for d in (a.need, a.cap))
@@ -302,7 +312,15 @@ def main(argv: list[str] | None = None) -> dict:
         left = deadline - time.time() - RESERVE_S
         action, arg = plan(part, left, need, cap)
         if action == 'skip': status['parts'][part.name] = dict(state='skipped', seconds=0, reason=arg)
-        else: status['parts'][part.name] = dict(run_part(part, ctx, arg, fork), limit_s=round(arg, 1))
+        else:
+            result = run_part(part, ctx, arg, fork)
+            if fork and result['state'] == 'error' and FORK_ERROR in _text(out/f'{part.name}.err'):
+                # something touched CUDA in this process after all: this part again, and the rest, spawned
+                fork, status['forked'] = False, f'no: {part.name} met "{FORK_ERROR}" forked, and ran again spawned'
+                os.replace(out/f'{part.name}.err', out/f'{part.name}.forked.err')
+                action, arg = plan(part, deadline - time.time() - RESERVE_S, need, cap)
+                result = run_part(part, ctx, arg, fork) if action == 'run' else dict(state='skipped', seconds=0, reason=arg)
+            status['parts'][part.name] = dict(result, limit_s=round(arg, 1)) if action == 'run' else result
         s = status['parts'][part.name]
         print(f"{part.name:<20} {s['state']:<8} {s['seconds']:6.1f} s  {s.get('reason', '')}", flush=True)
         write_json(out/'status.json', status)
@@ -395,7 +413,7 @@ def summary(out: Path, status: dict, every: list[Part]) -> str:
     mode = 'CPU, tiny sizes (--cpu-tiny)' if status['tiny'] else 'GPU'
     elapsed = time.time() - status['started']
     return '\n'.join([f'# GPU run ({mode}): issue 38', '',
-                      f"{elapsed:.0f} s so far; parts {'forked' if status['forked'] else 'spawned'}; "
+                      f"{elapsed:.0f} s so far; parts forked: {status['forked']}; "
                       f"{'ended' if 'ended' in status else 'still running or interrupted'}.", '',
                       '## Marks', '', *_marks(out, status), '',
                       '## Parts (most important first)', '', *rows, '',

@@ -137,14 +137,25 @@ def test_bench_shape_keeps_the_papers_micro_batch_where_it_fits():
         gpu_run.bench_shape('1b', 'clm', 'hf', 20.0)
 
 
-def test_spawned_parts_and_bad_names(tmp_path, capsys):
-    p = subprocess.run([sys.executable, str(ROOT/'.ci'/'gpu_run.py'), '--out', str(tmp_path), '--cpu-tiny', '--spawn',
-                        '--parts', 'machine,mfu_610m_clm', '--inject', 'mfu_610m_clm=fail'],
-                       env=_env(), capture_output=True, text=True, timeout=300)
+def test_cuda_refusing_a_fork_turns_to_spawned_parts(tmp_path):
+    "A part that meets CUDA's 'forked subprocess' error runs again spawned, and so do the parts after it."
+    p = subprocess.run([sys.executable, str(ROOT/'.ci'/'gpu_run.py'), '--out', str(tmp_path), '--cpu-tiny',
+                        '--parts', 'machine,mfu_610m_clm,finetune', '--inject', 'machine=forkfail',
+                        '--inject', 'mfu_610m_clm=fail'], env=_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     status = json.loads((tmp_path/'status.json').read_text())
-    assert not status['forked'] and list(status['parts']) == ['machine', 'mfu_610m_clm']
-    assert (tmp_path/'machine.json').is_file() and 'failure injected' in (tmp_path/'mfu_610m_clm.err').read_text()
+    assert status['forked'].startswith('no: machine met "Cannot re-initialize CUDA in forked subprocess"')
+    assert [s['state'] for s in status['parts'].values()] == ['ok', 'error', 'ok']
+    assert 'Cannot re-initialize CUDA' in (tmp_path/'machine.forked.err').read_text() and (tmp_path/'machine.json').is_file()
+    assert 'failure injected' in (tmp_path/'mfu_610m_clm.err').read_text() and (tmp_path/'finetune.json').is_file()
+
+
+def test_spawned_parts_and_bad_names(tmp_path, capsys):
+    p = subprocess.run([sys.executable, str(ROOT/'.ci'/'gpu_run.py'), '--out', str(tmp_path), '--cpu-tiny', '--spawn',
+                        '--parts', 'machine'], env=_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    status = json.loads((tmp_path/'status.json').read_text())
+    assert status['forked'] is False and list(status['parts']) == ['machine'] and (tmp_path/'machine.json').is_file()
     with pytest.raises(SystemExit):
         gpu_run.main(['--out', str(tmp_path), '--cpu-tiny', '--parts', 'mfu_2b_clm'])
     assert "unknown part 'mfu_2b_clm'; the parts: machine, smoke, mfu_610m_clm" in capsys.readouterr().err
