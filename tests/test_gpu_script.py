@@ -152,10 +152,13 @@ def test_cuda_refusing_a_fork_turns_to_spawned_parts(tmp_path):
 
 def test_spawned_parts_and_bad_names(tmp_path, capsys):
     p = subprocess.run([sys.executable, str(ROOT/'.ci'/'gpu_run.py'), '--out', str(tmp_path), '--cpu-tiny', '--spawn',
-                        '--parts', 'machine'], env=_env(), capture_output=True, text=True, timeout=300)
+                        '--parts', 'machine,memory_1b'], env=_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     status = json.loads((tmp_path/'status.json').read_text())
-    assert status['forked'] is False and list(status['parts']) == ['machine'] and (tmp_path/'machine.json').is_file()
+    assert status['forked'] is False and list(status['parts']) == ['machine', 'memory_1b']
+    assert (tmp_path/'machine.json').is_file()
+    memory = json.loads((tmp_path/'memory_1b.json').read_text())   # no smoke ran: the trainer's part runs here
+    assert memory['source'].startswith('run here') and memory['measured']['checks']['steps']
     with pytest.raises(SystemExit):
         gpu_run.main(['--out', str(tmp_path), '--cpu-tiny', '--parts', 'mfu_2b_clm'])
     assert "unknown part 'mfu_2b_clm'; the parts: machine, smoke, mfu_610m_clm" in capsys.readouterr().err
