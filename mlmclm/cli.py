@@ -24,6 +24,7 @@ COMMANDS = {
     'bench': ('mlmclm.bench', [], "throughput against Hugging Face's Llama, or fine-tuning against transformers.Trainer"),
     'pretrain': ('mlmclm.pretrain', [], 'one pretraining run from key=value settings, or the demo schedules'),
     'data': ('mlmclm.data', [], 'build or verify a token store'),
+    'merge': ('mlmclm.model', [], 'a linear merge of checkpoints of one shape: merge OUT CKPT:W CKPT:W ...'),
 }
 
 # (command, subcommand) -> the module whose `main(argv)` runs it, when a later module than the command's
