@@ -186,3 +186,21 @@ def test_the_plan_makes_its_merges_first_once_and_whole(parents, tmp_path, monke
     other = dataclasses.replace(plan, merges={m.name: dataclasses.replace(m, parents=((str(ca), 0.5), (str(cb), 0.5)))})
     with pytest.raises(ConfigError, match='holds another merge than the plan'):
         make_merges(other, root)
+
+
+def test_a_merge_is_fine_tuned_as_an_evaluation_point_of_the_plan(tmp_path):
+    "End to end through `launch` and the fine-tuning notebook: the plan merges, then fine-tunes the merge by its name."
+    from mlmclm.data import load_tokenizer
+    from mlmclm.results import read_rows
+    tok = load_tokenizer()
+    folders = []
+    for seed, name in enumerate(('tiny-clm-42k', 'tiny-mlm40-42k')):
+        torch.manual_seed(seed)
+        folders.append(save(build_model('tiny', vocab_size=len(tok)), tmp_path/name, tokenizer=tok))
+    plan = dataclasses.replace(merging_plan(tuple(folders), weights=(0.5,), datasets=('rt_sentiment',), lrs=(1e-3,), seeds=(0,)),
+                               finetune_preset='demo', finetune_overrides=dict(max_steps=3, eval_every=3, max_eval_examples=20))
+    root = launch(plan, tmp_path/'study', progress=False)
+    name = 'merge-tiny-clm-42k-x0.5-tiny-mlm40-42k-x0.5'
+    rows = read_rows(root/'results.jsonl')
+    assert [(r['checkpoint_name'], r['dataset'], r['checkpoint']) for r in rows] == [(name, 'rt_sentiment', str(root/'merges'/name))]
+    assert merge_record(root/'merges'/name)['parents'][1]['checkpoint'] == str(folders[1])
