@@ -39,8 +39,8 @@ __all__ = ['HALF', 'POOLINGS', 'HEADS', 'SUPPORTED_MODEL_TYPES', 'RELEASE_OWNER'
            'pool_padded', 'real_tokens', 'Head', 'TaskModel', 'compile_blocks', 'HostSyncs', 'LlamaForMaskedLM',
            'register_with_transformers', 'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder',
            'check_checkpoint', 'check_finite_weights', 'release_shape_differences', 'load', 'parity_error',
-           'merge_differences', 'check_merge_weights', 'merge_checkpoints', 'merge_record', 'parse_merge_parents',
-           'main']
+           'merge_differences', 'check_merge_weights', 'weighted_sum', 'merge_checkpoints', 'merge_record',
+           'parse_merge_parents', 'main']
 
 # %% ../nbs/01_model.ipynb #02bd253c
 class RMSNorm(nn.Module):
@@ -832,6 +832,29 @@ def check_merge_weights(weights: list[float],        # one per parent
                           f'pass any_sum=True (mlmclm merge --any-sum) to scale the sum of the weights as given')
 
 
+def _has_lm_head(folder: Path) -> bool:
+    "Whether the checkpoint in `folder` stores an LM head (some exports keep the body only)."
+    from safetensors import safe_open
+    for f in folder.glob('*.safetensors'):
+        with safe_open(str(f), 'pt') as t:
+            if any(k.endswith('lm_head.weight') for k in t.keys()): return True
+    return False
+
+
+def weighted_sum(folders: list[Path],    # checkpoint folders of one shape
+                 weights: list[float],   # one per folder
+                ) -> tuple[dict, Transformer]:   # float32 weights by name, and the last parent (its config, its class)
+    "The weighted sum of the checkpoints' tensors, accumulated in float64 with one parent in memory at a time."
+    total, model = {}, None
+    for folder, w in zip(folders, weights):
+        model = load(folder)
+        check_finite_weights(model.named_parameters(), 'merge parent', folder)
+        for k, v in model.state_dict().items():
+            if k in total: total[k].add_(v.double(), alpha=w)
+            else: total[k] = v.double() * w
+    return {k: v.to(torch.float32) for k, v in total.items()}, model
+
+
 def merge_checkpoints(out: str | Path,     # the merged checkpoint's folder (written whole, then renamed into place)
                       parents: list,       # (checkpoint folder or hub id, weight) pairs, two or more
                       any_sum: bool = False,             # accept weights that do not sum to 1 (see `check_merge_weights`)
@@ -847,14 +870,9 @@ def merge_checkpoints(out: str | Path,     # the merged checkpoint's folder (wri
     folders = [_resolve(n) for n in names]
     if differ := merge_differences(folders):
         raise ConfigError('cannot merge checkpoints of different shapes or tokenizers; they differ in\n  ' + '\n  '.join(differ))
-    total, model = {}, None
-    for folder, w in zip(folders, weights):   # one parent in memory at a time, beside the float64 sum
-        model = load(folder)
-        check_finite_weights(model.named_parameters(), 'merge parent', folder)
-        for k, v in model.state_dict().items():
-            if k in total: total[k].add_(v.double(), alpha=w)
-            else: total[k] = v.double() * w
-    model.load_state_dict({k: v.to(torch.float32) for k, v in total.items()})
+    merged, model = weighted_sum(folders, weights)
+    headless = [n for n, f in zip(names, folders) if not model.config.tie_word_embeddings and not _has_lm_head(f)]
+    if headless: merged.pop('lm_head.weight')   # `load` gave those a random head: the merge stores none, like them
     heaviest = max(range(len(weights)), key=lambda i: weights[i])   # the first of equals
     if is_causal is None: is_causal = config_from_hf(json.loads((folders[heaviest]/'config.json').read_text())).is_causal
     def parent_record(name, folder, w):
@@ -862,11 +880,11 @@ def merge_checkpoints(out: str | Path,     # the merged checkpoint's folder (wri
         own = json.loads(meta.read_text()) if meta.is_file() else {}
         return dict(checkpoint=name, weight=w, **{k: own[k] for k in ('run_id', 'step', 'schedule', MERGE_KEY) if k in own})
     record = {MERGE_KEY: dict(parents=[parent_record(n, f, w) for n, f, w in zip(names, folders, weights)],
-                              weights_sum=sum(weights), is_causal=is_causal), 'init_from': None}
-    tmp = out.with_name(f'.{out.name}.tmp-{os.getpid()}')   # the leftover of a killed merge: `recover_swaps` removes it
+                              weights_sum=sum(weights), is_causal=is_causal, no_lm_head=headless), 'init_from': None}
+    tmp = out.with_name(f'.{out.name}.tmp-{os.getpid()}')   # a killed merge leaves it: `mlmclm.study.make_merge` clears it
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        save(model, tmp, is_causal=is_causal, metadata=record)
+        save(model, tmp, is_causal=is_causal, metadata=record, weights=merged)
         for name in _TOKENIZER_COPY:   # the parents share their tokenizer (checked above): the first one's
             if (folders[0]/name).is_file(): shutil.copyfile(folders[0]/name, tmp/name)
         os.replace(tmp, out)   # the folder appears whole or not at all
