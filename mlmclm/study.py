@@ -50,6 +50,7 @@ class PlannedRun:
     experiments: set = field(default_factory=set)
     branch_from: tuple | None = None        # (parent name, step): start from the parent's full state there
     keep_steps: set = field(default_factory=set)  # steps to keep checkpoints at (evaluation, children)
+    init_merge: str | None = None           # continued pretraining from the plan's merge of this name (`StudyPlan.merges`)
 
     @property
     def parent(self) -> str | None:
@@ -297,7 +298,8 @@ def select(plan: StudyPlan, experiments: list[str] | None = None, sizes: list[st
         while name and name not in needed:
             needed.add(name); name = plan.runs[name].parent
     runs = {n: r for n, r in plan.runs.items() if n in needed}
-    merges = {n: m for n, m in plan.merges.items() if any(e.recorded_name == n for e in evals)}
+    used = {e.recorded_name for e in evals} | {r.init_merge for r in runs.values()}
+    merges = {n: m for n, m in plan.merges.items() if n in used}
     return dataclasses.replace(plan, runs=runs, evals=evals, merges=merges)
 
 # %% ../nbs/04_study.ipynb #a04a76dd
@@ -442,8 +444,9 @@ def make_merge(m: Merge, root: Path) -> Path:
 
 
 def make_merges(plan: StudyPlan, root: Path) -> list[Path]:
-    "Every merge of `plan` that its evaluation points need, made now where missing (the step before their fine-tuning)."
-    needed = dict.fromkeys(e.recorded_name for e in plan.evals if e.recorded_name in plan.merges)
+    "Every merge that `plan`'s evaluation points and runs need, made now where missing (the step before their use)."
+    needed = dict.fromkeys([e.recorded_name for e in plan.evals if e.recorded_name in plan.merges] +
+                           [r.init_merge for r in plan.runs.values() if r.init_merge])
     return [make_merge(plan.merges[n], Path(root)) for n in needed]
 
 # %% ../nbs/04_study.ipynb #f5ee2c4f
@@ -465,8 +468,9 @@ def pretrain_params(plan: StudyPlan, run: PlannedRun, root: Path) -> dict:
              total_steps=_scaled(plan, run.total_steps), warmup_steps=_scaled(plan, plan.warmup_steps),
              decay_steps=_scaled(plan, plan.decay_steps), out_dir=str(root), run_id=run.name, init_from=None,
              checkpoint_steps=','.join(str(_scaled(plan, s)) for s in sorted(run.keep_steps) if s < run.total_steps))
-    if run.spec.cpt_from:
-        p['init_from'] = str(checkpoint_dir(plan, root, run.spec.cpt_from, run.spec.cpt_start))
+    if run.spec.cpt_from or run.init_merge:
+        p['init_from'] = str(merge_dir(root, run.init_merge) if run.init_merge else
+                             checkpoint_dir(plan, root, run.spec.cpt_from, run.spec.cpt_start))
         p['warmup_steps'] = max(1, round(p['total_steps'] * 0.1)) if plan.step_scale != 1 else PRETRAIN.cpt_warmup_steps
         p['decay_steps'] = min(_scaled(plan, PRETRAIN.cpt_decay_steps), p['total_steps'] - p['warmup_steps'])
     if run.branch_from:
@@ -633,6 +637,7 @@ def pretrain_job_specs(plan: StudyPlan, root: Path,
 def submit_pretrain_jobs(plan: StudyPlan, root: Path, folder: Path, **sizes) -> list:
     "Submit `pretrain_job_specs(plan, root, **sizes)` to Slurm, each child after its parent's job; returns the jobs."
     import submitit
+    make_merges(dataclasses.replace(plan, evals=[]), root)   # the merges that runs continue from, made here first
     executor, jobs, ids = submitit.SlurmExecutor(folder=str(folder)), [], {}
     for spec in pretrain_job_specs(plan, root, **sizes):
         slurm = dict(spec['slurm'])
@@ -785,6 +790,7 @@ def launch(plan: StudyPlan,                 # what to run (`select` a part first
     seconds = dict(pretrain=0.0, finetune=0.0)
     if 'pretrain' in stages and plan.runs:
         t0 = time.perf_counter()
+        make_merges(plan, root)   # the merges that runs continue from (`PlannedRun.init_merge`)
         _walk(plan, root, 'pretrain', list(plan.runs.values()), progress)
         seconds['pretrain'] = time.perf_counter() - t0
     if 'finetune' in stages and plan.evals:

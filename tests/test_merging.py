@@ -204,3 +204,27 @@ def test_a_merge_is_fine_tuned_as_an_evaluation_point_of_the_plan(tmp_path):
     rows = read_rows(root/'results.jsonl')
     assert [(r['checkpoint_name'], r['dataset'], r['checkpoint']) for r in rows] == [(name, 'rt_sentiment', str(root/'merges'/name))]
     assert merge_record(root/'merges'/name)['parents'][1]['checkpoint'] == str(folders[1])
+
+
+def test_a_run_of_the_plan_continues_pretraining_from_a_merge(tmp_path):
+    "A planned run with `init_merge`: the plan makes the merge, then pretrains from it (the run records it as init_from)."
+    from mlmclm.data import load_tokenizer
+    from mlmclm.study import EvalPoint, Merge, PlannedRun, StudyPlan, pretrain_params
+    from mlmclm.vocab import parse_run_name
+    tok = load_tokenizer()
+    folders = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        folders.append(save(build_model('tiny', vocab_size=len(tok)), tmp_path/f'p{seed}', tokenizer=tok))
+    m = Merge('merge-p0-p1', ((str(folders[0]), 0.5), (str(folders[1]), 0.5)), 'tiny')
+    run = PlannedRun('tiny-mlm40-2k', parse_run_name('tiny-mlm40-2k'), {'cpt'}, init_merge=m.name)
+    point = EvalPoint(run.name, run.name, run.total_steps, ('rt_sentiment',))
+    plan = StudyPlan('unit', {run.name: run}, [point], (1e-3,), (0,), step_scale=1 / 1000, pretrain_preset='demo',
+                     pretrain_overrides=dict(seq_len=32, batch_size=4, data='embedded', log_every=1), merges={m.name: m})
+    root = tmp_path/'study'
+    p = pretrain_params(plan, run, root)
+    assert (p['init_from'], p['total_steps'], p['warmup_steps'], p['decay_steps']) == (str(root/'merges'/m.name), 2, 1, 1)
+    assert select(plan, pattern='tiny-*').merges == {m.name: m}   # a selection keeps the merges its runs start from
+    launch(plan, root, stages=('pretrain',), progress=False)
+    meta = read_json(root/run.name/'checkpoints'/'step-2'/'mlmclm.json')
+    assert meta['init_from'] == str(root/'merges'/m.name) and merge_record(root/'merges'/m.name) is not None
