@@ -228,3 +228,23 @@ def test_a_run_of_the_plan_continues_pretraining_from_a_merge(tmp_path):
     launch(plan, root, stages=('pretrain',), progress=False)
     meta = read_json(root/run.name/'checkpoints'/'step-2'/'mlmclm.json')
     assert meta['init_from'] == str(root/'merges'/m.name) and merge_record(root/'merges'/m.name) is not None
+
+
+def test_a_slurm_array_of_merges_makes_them_before_it_submits(parents, tmp_path, monkeypatch):
+    "The array's tasks fine-tune the merged folders, which exist when the array is submitted."
+    import mlmclm.study as study
+
+    class NoSlurm:
+        def __init__(self, folder): pass
+        def update_parameters(self, **kw): pass
+        def map_array(self, fn, *args): return list(zip(*args))
+
+    monkeypatch.setattr('submitit.AutoExecutor', NoSlurm)
+    (_, ca), (_, cb) = parents
+    plan = merging_plan((ca, cb), weights=(0.25,), datasets=('sst2',), lrs=(1e-4,), seeds=(0,))
+    tasks = study.submit_finetune_array(plan, tmp_path/'study', tmp_path/'slurm')
+    assert len(tasks) == 1
+    point, run, root, overrides = tasks[0]
+    cfg = finetune_config(**study._job_params(point, run, root, overrides))
+    assert cfg.checkpoint == str(tmp_path/'study'/'merges'/plan.evals[0].name)
+    assert [p['weight'] for p in merge_record(cfg.checkpoint)['parents']] == [0.25, 0.75]
