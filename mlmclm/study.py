@@ -113,10 +113,10 @@ class StudyPlan:
     pretrain_overrides: dict = field(default_factory=dict)   # further `PretrainConfig` values of every run
     finetune_overrides: dict = field(default_factory=dict)   # further `FinetuneConfig` values of every point
     note: str = ''                  # printed by `describe` (e.g. how to get a cheaper variant)
-    merges: dict = field(default_factory=dict)   # name -> `Merge`: checkpoints the plan makes before fine-tuning them
+    merges: dict = field(default_factory=dict)   # name -> `Merge`: checkpoints the plan makes before their use
 
     def experiments_of(self, e: EvalPoint) -> set:
-        "The experiments that evaluate `e` (a checkpoint from outside the study: 'control' or 'fine-tuning only')."
+        "The experiments that evaluate `e` (a checkpoint from outside the study: 'control', 'merging' or 'fine-tuning only')."
         if e.run is not None: return self.runs[e.run].experiments
         if e.recorded_name in self.merges: return {'merging'}
         return {'control' if e.recorded_name == CONTROL else 'fine-tuning only'}
@@ -424,7 +424,8 @@ def _same_merge(folder: Path, m: Merge) -> bool:
     "Whether `folder` holds merge `m` (the parents and weights its mlmclm.json records)."
     from .model import merge_record   # here, not at import: `mlmclm plan` never loads torch
     rec = merge_record(folder) if folder.is_dir() else None
-    return rec is not None and [(p['checkpoint'], p['weight']) for p in rec['parents']] == [(str(c), float(w)) for c, w in m.parents]
+    return rec is not None and ([(p['checkpoint'], p['weight']) for p in rec['parents']] ==
+                                [(str(c), float(w)) for c, w in m.parents])
 
 
 def make_merge(m: Merge, root: Path) -> Path:
@@ -447,6 +448,8 @@ def make_merges(plan: StudyPlan, root: Path) -> list[Path]:
     "Every merge that `plan`'s evaluation points and runs need, made now where missing (the step before their use)."
     needed = dict.fromkeys([e.recorded_name for e in plan.evals if e.recorded_name in plan.merges] +
                            [r.init_merge for r in plan.runs.values() if r.init_merge])
+    if unknown := [n for n in needed if n not in plan.merges]:
+        raise ConfigError(f'init_merge={unknown[0]!r} names no merge of the plan; its merges: {sorted(plan.merges)}')
     return [make_merge(plan.merges[n], Path(root)) for n in needed]
 
 # %% ../nbs/04_study.ipynb #f5ee2c4f

@@ -248,3 +248,12 @@ def test_a_slurm_array_of_merges_makes_them_before_it_submits(parents, tmp_path,
     cfg = finetune_config(**study._job_params(point, run, root, overrides))
     assert cfg.checkpoint == str(tmp_path/'study'/'merges'/plan.evals[0].name)
     assert [p['weight'] for p in merge_record(cfg.checkpoint)['parents']] == [0.25, 0.75]
+
+
+def test_a_run_from_an_unknown_merge_is_refused_naming_it(tmp_path):
+    from mlmclm.study import PlannedRun, StudyPlan
+    from mlmclm.vocab import parse_run_name
+    run = PlannedRun('tiny-mlm40-2k', parse_run_name('tiny-mlm40-2k'), {'cpt'}, init_merge='merge-nowhere')
+    plan = StudyPlan('unit', {run.name: run}, [], (1e-3,), (0,))
+    with pytest.raises(ConfigError, match=r"init_merge='merge-nowhere' names no merge of the plan; its merges: \[\]"):
+        make_merges(plan, tmp_path)
