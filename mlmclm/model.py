@@ -33,14 +33,16 @@ from .sizes import MODEL_SIZES, ModelConfig, model_config
 
 # %% auto #0
 __all__ = ['HALF', 'POOLINGS', 'HEADS', 'SUPPORTED_MODEL_TYPES', 'RELEASE_OWNER', 'SHAPE_FIELDS', 'CHECKPOINT_FILES',
-           'PUSH_IGNORED', 'RMSNorm', 'MLP', 'Rotary', 'rotate_half', 'apply_rope', 'allowed_attention',
-           'varlen_layout', 'host_layout', 'layout_of', 'reference_varlen', 'torch_varlen_kernel', 'varlen_kernel',
-           'attention_kernel', 'default_backend', 'sdpa_inputs', 'layer_kernel', 'Attention', 'Block',
-           'document_positions', 'unpad', 'repad', 'symbolic_layout', 'Body', 'Output', 'Transformer', 'build_model',
-           'mean_pool', 'pool', 'pool_padded', 'real_tokens', 'Head', 'TaskModel', 'compile_blocks', 'HostSyncs',
-           'LlamaForMaskedLM', 'register_with_transformers', 'logged_losses', 'model_card', 'to_llama_config_dict',
-           'save', 'config_from_hf', 'is_state_folder', 'check_checkpoint', 'check_finite_weights',
-           'release_shape_differences', 'load', 'check_pushable', 'push_checkpoint', 'main', 'parity_error']
+           'PUSH_IGNORED', 'MERGE_KEY', 'TOKENIZER_FILES', 'MODEL_COMMANDS', 'RMSNorm', 'MLP', 'Rotary', 'rotate_half',
+           'apply_rope', 'allowed_attention', 'varlen_layout', 'host_layout', 'layout_of', 'reference_varlen',
+           'torch_varlen_kernel', 'varlen_kernel', 'attention_kernel', 'default_backend', 'sdpa_inputs', 'layer_kernel',
+           'Attention', 'Block', 'document_positions', 'unpad', 'repad', 'symbolic_layout', 'Body', 'Output',
+           'Transformer', 'build_model', 'mean_pool', 'pool', 'pool_padded', 'real_tokens', 'Head', 'TaskModel',
+           'compile_blocks', 'HostSyncs', 'LlamaForMaskedLM', 'register_with_transformers', 'logged_losses',
+           'model_card', 'to_llama_config_dict', 'save', 'config_from_hf', 'is_state_folder', 'check_checkpoint',
+           'check_finite_weights', 'release_shape_differences', 'load', 'check_pushable', 'push_checkpoint',
+           'push_main', 'parity_error', 'merge_differences', 'check_merge_weights', 'weighted_sum', 'merge_checkpoints',
+           'merge_record', 'parse_merge_parents', 'merge_main', 'main']
 
 # %% ../nbs/01_model.ipynb #02bd253c
 class RMSNorm(nn.Module):
@@ -927,16 +929,15 @@ def push_checkpoint(folder: str | Path,          # a checkpoint folder (`runs/<r
     return str(getattr(info, 'commit_url', info))
 
 
-def main(argv: list[str] | None = None) -> None:
-    "`python -m mlmclm.model push CHECKPOINT REPO` (also `mlmclm push`): upload a checkpoint folder to the hub."
+def push_main(argv: list[str]) -> None:
+    "`mlmclm push CHECKPOINT REPO [--private] [--token T]`: upload a checkpoint folder to the hub."
     import argparse, sys
-    parser = argparse.ArgumentParser(prog='mlmclm push', description='Upload a checkpoint folder to a Hugging Face model repository.')
-    sub = parser.add_subparsers(dest='command', required=True)
-    push = sub.add_parser('push', help='upload a checkpoint folder (its model card included; its state/ left out)')
-    push.add_argument('checkpoint', help='checkpoint folder, e.g. runs/<run>/checkpoints/step-<N>')
-    push.add_argument('repo', help="hub repository id, 'user/name' (created if missing)")
-    push.add_argument('--private', action='store_true', help='create the repository private')
-    push.add_argument('--token', default=None, help='hub token (default: the login of `hf auth login`)')
+    parser = argparse.ArgumentParser(prog='mlmclm push', description='Upload a checkpoint folder to a Hugging Face model '
+                                     'repository (its model card included; its state/ left out).')
+    parser.add_argument('checkpoint', help='checkpoint folder, e.g. runs/<run>/checkpoints/step-<N>')
+    parser.add_argument('repo', help="hub repository id, 'user/name' (created if missing)")
+    parser.add_argument('--private', action='store_true', help='create the repository private')
+    parser.add_argument('--token', default=None, help='hub token (default: the login of `hf auth login`)')
     args = parser.parse_args(argv)
     try: print(push_checkpoint(args.checkpoint, args.repo, private=args.private, token=args.token))
     except ConfigError as e: print(f'mlmclm push: {e}', file=sys.stderr); raise SystemExit(2) from None
@@ -950,5 +951,151 @@ def parity_error(a: nn.Module, b: nn.Module, input_ids: torch.Tensor, is_causal:
         theirs = b(input_ids).logits
     return (ours.float() - theirs.float()).abs().max().item()
 
-# %% ../nbs/01_model.ipynb #07eda30d
-if __name__ == '__main__' and not hasattr(__import__('builtins'), '__IPYTHON__'): main()   # python -m mlmclm.model push ...
+# %% ../nbs/01_model.ipynb #25603417
+MERGE_KEY = 'merge'   # the entry of a merged checkpoint's mlmclm.json: its parents and their weights
+TOKENIZER_FILES = ('tokenizer.json', 'tokenizer.model', 'vocab.json', 'merges.txt', 'vocab.txt')   # what a tokenizer maps
+_TOKENIZER_COPY = ('tokenizer_config.json', 'special_tokens_map.json', 'added_tokens.json', *TOKENIZER_FILES)
+_NOT_SHAPE = ('attn_backend', 'is_causal')   # settings of a run, not of the weights: merges may mix them
+
+
+def merge_differences(folders: list[Path],  # resolved checkpoint folders
+                     ) -> list[str]:         # one line per differing field or tokenizer file; empty when they agree
+    "What keeps the checkpoints in `folders` from being averaged: config fields (`ModelConfig`) and tokenizer files that differ."
+    cfgs = [dataclasses.asdict(config_from_hf(json.loads((f/'config.json').read_text()))) for f in folders]
+    lines = [f'{k}: ' + ', '.join(f'{c[k]!r} ({f})' for c, f in zip(cfgs, folders))
+             for k in cfgs[0] if k not in _NOT_SHAPE and len({json.dumps(c[k], sort_keys=True) for c in cfgs}) > 1]
+    for name in TOKENIZER_FILES:
+        contents = [(f/name).read_bytes() if (f/name).is_file() else None for f in folders]
+        if len(set(contents)) > 1:
+            lines.append(f'tokenizer file {name}: ' + ', '.join(f'{"absent" if c is None else "%d bytes" % len(c)} ({f})'
+                                                               for c, f in zip(contents, folders)))
+    return lines
+
+
+def check_merge_weights(weights: list[float],        # one per parent
+                        any_sum: bool = False,       # accept weights that do not sum to 1 (task arithmetic, extrapolation)
+                       ) -> None:
+    "Raise `ConfigError` naming the weights unless there are two or more, all finite, summing to 1 (unless `any_sum`)."
+    if len(weights) < 2: raise ConfigError(f'a merge needs two or more checkpoints; got {len(weights)}')
+    if not all(math.isfinite(w) for w in weights): raise ConfigError(f'merge weights {weights} must be finite numbers')
+    if not any_sum and abs(sum(weights) - 1) > 1e-6:
+        raise ConfigError(f'merge weights {weights} sum to {sum(weights):g}, not 1: a linear merge averages its parents; '
+                          f'pass any_sum=True (mlmclm merge --any-sum) to scale the sum of the weights as given')
+
+
+def _has_lm_head(folder: Path) -> bool:
+    "Whether the checkpoint in `folder` stores an LM head (some exports keep the body only)."
+    from safetensors import safe_open
+    for f in folder.glob('*.safetensors'):
+        with safe_open(str(f), 'pt') as t:
+            if any(k.endswith('lm_head.weight') for k in t.keys()): return True
+    return False
+
+
+def weighted_sum(folders: list[Path],    # checkpoint folders of one shape
+                 weights: list[float],   # one per folder
+                ) -> tuple[dict, Transformer]:   # float32 weights by name, and the last parent (its config, its class)
+    "The weighted sum of the checkpoints' tensors, accumulated in float64 with one parent in memory at a time."
+    total, model = {}, None
+    for folder, w in zip(folders, weights):
+        model = load(folder)
+        check_finite_weights(model.named_parameters(), 'merge parent', folder)
+        for k, v in model.state_dict().items():
+            if k in total: total[k].add_(v.double(), alpha=w)
+            else: total[k] = v.double() * w
+    return {k: v.to(torch.float32) for k, v in total.items()}, model
+
+
+def merge_checkpoints(out: str | Path,     # the merged checkpoint's folder (written whole, then renamed into place)
+                      parents: list,       # (checkpoint folder or hub id, weight) pairs, two or more
+                      any_sum: bool = False,             # accept weights that do not sum to 1 (see `check_merge_weights`)
+                      is_causal: bool | None = None,     # attention mode to record; None: that of the heaviest parent
+                     ) -> Path:
+    "Save the weighted sum of `parents`' weights (computed in float64, stored in float32) as a checkpoint at `out`."
+    import os, shutil
+    names, weights = [str(p) for p, _ in parents], [float(w) for _, w in parents]
+    check_merge_weights(weights, any_sum)
+    out = Path(out)
+    if out.exists(): raise ConfigError(f'{out} exists already: a merge never overwrites a folder; remove it or name another')
+    for n in names: check_checkpoint(n, 'merge parent')
+    folders = [_resolve(n) for n in names]
+    if differ := merge_differences(folders):
+        raise ConfigError('cannot merge checkpoints of different shapes or tokenizers; they differ in\n  ' + '\n  '.join(differ))
+    merged, model = weighted_sum(folders, weights)
+    headless = [n for n, f in zip(names, folders) if not model.config.tie_word_embeddings and not _has_lm_head(f)]
+    if headless: merged.pop('lm_head.weight')   # `load` gave those a random head: the merge stores none, like them
+    heaviest = max(range(len(weights)), key=lambda i: weights[i])   # the first of equals
+    if is_causal is None: is_causal = config_from_hf(json.loads((folders[heaviest]/'config.json').read_text())).is_causal
+    def parent_record(name, folder, w):
+        meta = folder/'mlmclm.json'
+        own = json.loads(meta.read_text()) if meta.is_file() else {}
+        return dict(checkpoint=name, weight=w, **{k: own[k] for k in ('run_id', 'step', 'schedule', MERGE_KEY) if k in own})
+    record = {MERGE_KEY: dict(parents=[parent_record(n, f, w) for n, f, w in zip(names, folders, weights)],
+                              weights_sum=sum(weights), is_causal=is_causal, no_lm_head=headless), 'init_from': None}
+    tmp = out.with_name(f'.{out.name}.tmp-{os.getpid()}')   # a killed merge leaves it: `mlmclm.study.make_merge` clears it
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        save(model, tmp, is_causal=is_causal, metadata=record, weights=merged)
+        for name in _TOKENIZER_COPY:   # the parents share their tokenizer (checked above): the first one's
+            if (folders[0]/name).is_file(): shutil.copyfile(folders[0]/name, tmp/name)
+        os.replace(tmp, out)   # the folder appears whole or not at all
+    finally: shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def merge_record(folder: str | Path) -> dict | None:
+    "The parents and weights of a merged checkpoint (its mlmclm.json's `merge` entry); None for any other checkpoint."
+    meta = Path(folder)/'mlmclm.json'
+    return json.loads(meta.read_text()).get(MERGE_KEY) if meta.is_file() else None
+
+# %% ../nbs/01_model.ipynb #dc22a494
+def parse_merge_parents(words: list[str],  # `CKPT:W` each, or `CKPT` each (equal weights)
+                       ) -> list[tuple[str, float]]:
+    "(checkpoint, weight) pairs from the command line's `CKPT:W` words; without weights, each gets 1/n."
+    pairs = []
+    for w in words:
+        head, sep, tail = w.rpartition(':')
+        try: pairs.append((head, float(tail)) if sep else (w, None))
+        except ValueError: pairs.append((w, None))   # a ':' inside a path, no weight
+    weighted = [p for p in pairs if p[1] is not None]
+    if weighted and len(weighted) != len(pairs):
+        raise ConfigError(f'give every checkpoint a weight (CKPT:W) or none (equal weights); unweighted: '
+                          f'{[p for p, w in pairs if w is None]}')
+    return pairs if weighted else [(p, 1 / len(pairs)) for p, _ in pairs]
+
+
+def merge_main(argv: list[str]) -> None:
+    "`mlmclm merge OUT CKPT:W CKPT:W ...`: a linear merge of checkpoints of one shape and tokenizer."
+    import argparse
+    parser = argparse.ArgumentParser(prog='mlmclm merge', description='Save the weighted sum of checkpoints of one '
+                                     'shape and tokenizer as a new checkpoint (its parents and weights in mlmclm.json).')
+    parser.add_argument('out', help='the new checkpoint folder (must not exist)')
+    parser.add_argument('parents', nargs='+', metavar='CKPT[:W]', help='checkpoint folders or hub ids, each with its '
+                        'weight (e.g. runs/a/checkpoints/step-100:0.25); none weighted: equal weights')
+    parser.add_argument('--any-sum', action='store_true', help='accept weights that do not sum to 1')
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument('--causal', dest='is_causal', action='store_true', default=None, help='record causal attention')
+    mode.add_argument('--bidirectional', dest='is_causal', action='store_false', help='record bidirectional attention')
+    args = parser.parse_args(argv)
+    try:
+        out = merge_checkpoints(args.out, parse_merge_parents(args.parents), args.any_sum, args.is_causal)
+    except ConfigError as e: parser.exit(2, f'error: {e}\n')
+    rec = merge_record(out)
+    print(f"{out}: " + ' + '.join(f"{p['weight']:g} x {p['checkpoint']}" for p in rec['parents']) +
+          f" ({'causal' if rec['is_causal'] else 'bidirectional'})")
+
+
+MODEL_COMMANDS = dict(push=push_main, merge=merge_main)   # `python -m mlmclm.model push|merge ...`, `mlmclm push|merge`
+
+
+def main(argv: list[str] | None = None) -> None:
+    "`python -m mlmclm.model push CHECKPOINT REPO` or `merge OUT CKPT:W CKPT:W ...` (also `mlmclm push`, `mlmclm merge`)."
+    import sys
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in MODEL_COMMANDS:
+        print(f"usage: python -m mlmclm.model {{{','.join(MODEL_COMMANDS)}}} ... (got {argv[:1] or 'nothing'})", file=sys.stderr)
+        raise SystemExit(2)
+    MODEL_COMMANDS[argv[0]](argv[1:])
+
+# %% ../nbs/01_model.ipynb #f259bd7a
+if __name__ == '__main__' and not hasattr(__import__('builtins'), '__IPYTHON__'): main()

@@ -34,14 +34,15 @@ from .sizes import (MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU, flops_per_token, memor
 
 # %% auto #0
 __all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERMEDIATE', 'ABLATION_CHECKPOINTS', 'PROTOCOL_GRID',
-           'PRESETS', 'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets',
-           'paper_plan', 'Costs', 'run_flops', 'task_of', 'dataset_family', 'finetune_examples',
-           'finetune_flops_by_size', 'finetune_flops', 'estimate', 'select', 'demo_experiments', 'demo_plan',
-           'protocol_ablation_plan', 'precision_ablation_plan', 'checkpoint_dir', 'pretrain_params', 'run_notebook',
-           'point_runs', 'finetune_jobs', 'accelerate_command', 'slurm_nodes', 'refused', 'submit_finetune_array',
-           'study_status', 'PretrainJob', 'pretrain_job_specs', 'submit_pretrain_jobs', 'finetune_params', 'worker_env',
-           'visible_gpus', 'finetune_workers', 'launch', 'get_plan', 'measured_finetune', 'measured_finetune_line',
-           'memory_lines', 'describe', 'main']
+           'MERGE_WEIGHTS', 'PRESETS', 'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan',
+           'intermediate_datasets', 'paper_plan', 'Costs', 'run_flops', 'task_of', 'dataset_family',
+           'finetune_examples', 'finetune_flops_by_size', 'finetune_flops', 'estimate', 'select', 'demo_experiments',
+           'demo_plan', 'protocol_ablation_plan', 'precision_ablation_plan', 'Merge', 'merge_name', 'merging_plan',
+           'merge_dir', 'point_checkpoint', 'make_merge', 'make_merges', 'checkpoint_dir', 'pretrain_params',
+           'run_notebook', 'point_runs', 'finetune_jobs', 'accelerate_command', 'slurm_nodes', 'refused',
+           'submit_finetune_array', 'study_status', 'PretrainJob', 'pretrain_job_specs', 'submit_pretrain_jobs',
+           'finetune_params', 'worker_env', 'visible_gpus', 'finetune_workers', 'launch', 'get_plan',
+           'measured_finetune', 'measured_finetune_line', 'memory_lines', 'describe', 'main']
 
 # %% ../nbs/04_study.ipynb #59d3ae7e
 @dataclass
@@ -51,6 +52,7 @@ class PlannedRun:
     experiments: set = field(default_factory=set)
     branch_from: tuple | None = None        # (parent name, step): start from the parent's full state there
     keep_steps: set = field(default_factory=set)  # steps to keep checkpoints at (evaluation, children)
+    init_merge: str | None = None           # continued pretraining from the plan's merge of this name (`StudyPlan.merges`)
 
     @property
     def parent(self) -> str | None:
@@ -113,10 +115,12 @@ class StudyPlan:
     pretrain_overrides: dict = field(default_factory=dict)   # further `PretrainConfig` values of every run
     finetune_overrides: dict = field(default_factory=dict)   # further `FinetuneConfig` values of every point
     note: str = ''                  # printed by `describe` (e.g. how to get a cheaper variant)
+    merges: dict = field(default_factory=dict)   # name -> `Merge`: checkpoints the plan makes before their use
 
     def experiments_of(self, e: EvalPoint) -> set:
-        "The experiments that evaluate `e` (a checkpoint from outside the study: 'control' or 'fine-tuning only')."
+        "The experiments that evaluate `e` (a checkpoint from outside the study: 'control', 'merging' or 'fine-tuning only')."
         if e.run is not None: return self.runs[e.run].experiments
+        if e.recorded_name in self.merges: return {'merging'}
         return {'control' if e.recorded_name == CONTROL else 'fine-tuning only'}
 
     @property
@@ -248,6 +252,7 @@ def dataset_family(dataset: str) -> str: return task_of(dataset).family
 def _eval_size(plan: StudyPlan, e: EvalPoint) -> str:
     "The model size of an evaluation point: its run's, or the one its released name states."
     if e.run is not None: return plan.runs[e.run].spec.size
+    if e.recorded_name in plan.merges: return plan.merges[e.recorded_name].size
     return 'tiny' if e.recorded_name == CONTROL else parse_run_name(e.recorded_name).size
 
 
@@ -317,7 +322,9 @@ def select(plan: StudyPlan, experiments: list[str] | None = None, sizes: list[st
         while name and name not in needed:
             needed.add(name); name = plan.runs[name].parent
     runs = {n: r for n, r in plan.runs.items() if n in needed}
-    return dataclasses.replace(plan, runs=runs, evals=evals)
+    used = {e.recorded_name for e in evals} | {r.init_merge for r in runs.values()}
+    merges = {n: m for n, m in plan.merges.items() if n in used}
+    return dataclasses.replace(plan, runs=runs, evals=evals, merges=merges)
 
 # %% ../nbs/04_study.ipynb #a04a76dd
 DEMO_SCALE = 2 / 250
@@ -389,6 +396,86 @@ def precision_ablation_plan(checkpoints: tuple = ABLATION_CHECKPOINTS,
     return protocol_ablation_plan(checkpoints, datasets, lrs, seeds, preset='precision-ablation',
                                   precision=('pure_bf16', 'amp_bf16'))
 
+# %% ../nbs/04_study.ipynb #db4cd142
+@dataclass(frozen=True)
+class Merge:
+    "A checkpoint a plan makes by merging others (`mlmclm.model.merge_checkpoints`) before fine-tuning it."
+    name: str           # its evaluation point's name, and its folder under <study>/merges
+    parents: tuple      # (checkpoint folder or hub id, weight) pairs
+    size: str           # the parents' size (for the price)
+
+
+MERGE_WEIGHTS = (0.25, 0.5, 0.75)   # the first checkpoint's weight in each merge of the `merging` preset
+
+def merge_name(parents: tuple) -> str:
+    "`merge-<name>-x<weight>-<name>-x<weight>...`: what a merge of released models is, readable in results and figures."
+    return 'merge-' + '-'.join(f'{_ablation_name(src)}-x{w:g}' for src, w in parents)
+
+
+def merging_plan(checkpoints: tuple = ABLATION_CHECKPOINTS,   # two hub ids or folders named like released models
+                 weights: tuple = MERGE_WEIGHTS,              # the first checkpoint's weight in each merge (the second: 1 - w)
+                 datasets: tuple = intermediate_datasets(),  # one per family
+                 lrs: tuple = PAPER_LRS, seeds: tuple = PAPER_SEEDS) -> StudyPlan:
+    "Fine-tune linear merges of two checkpoints at `weights`; the plan makes each merge first; no pretraining."
+    if len(checkpoints) != 2: raise ConfigError(f'merging_plan merges two checkpoints; got {len(checkpoints)}: {checkpoints}')
+    sizes = {parse_run_name(_ablation_name(c)).size for c in checkpoints}
+    if len(sizes) > 1: raise ConfigError(f'checkpoints {checkpoints} are of different sizes {sorted(sizes)}: they cannot merge')
+    bad = [w for w in weights if not 0 < w < 1]
+    if bad or not weights: raise ConfigError(f'weights={weights!r}: each must lie strictly between 0 and 1 (the ends are '
+                                             f'the checkpoints themselves)')
+    size = next(iter(sizes))
+    merges = [Merge(merge_name(parents), parents, size)
+              for parents in (tuple(zip(map(str, checkpoints), (w, 1 - w))) for w in weights)]
+    evals = [EvalPoint(m.name, None, 0, tuple(datasets)) for m in merges]
+    return StudyPlan('merging', {}, evals, tuple(lrs), tuple(seeds), merges={m.name: m for m in merges},
+                     note=f'fine-tuning only: {len(merges)} linear merges of {" and ".join(map(str, checkpoints))}, '
+                          'made by the plan; their ends are the paper\'s fine-tuned released models')
+
+
+def merge_dir(root: Path, name: str) -> Path:
+    "The folder of the plan's merge `name` inside the study folder `root`."
+    return Path(root)/'merges'/name
+
+
+def point_checkpoint(plan: StudyPlan, e: EvalPoint, root: Path) -> str:
+    "The checkpoint evaluation point `e` fine-tunes: its outside source, the plan's merge, or its run's checkpoint."
+    if e.source: return e.source
+    if e.recorded_name in plan.merges: return str(merge_dir(root, e.recorded_name))
+    return str(checkpoint_dir(plan, root, e.run, e.step))
+
+
+def _same_merge(folder: Path, m: Merge) -> bool:
+    "Whether `folder` holds merge `m` (the parents and weights its mlmclm.json records)."
+    from .model import merge_record   # here, not at import: `mlmclm plan` never loads torch
+    rec = merge_record(folder) if folder.is_dir() else None
+    return rec is not None and ([(p['checkpoint'], p['weight']) for p in rec['parents']] ==
+                                [(str(c), float(w)) for c, w in m.parents])
+
+
+def make_merge(m: Merge, root: Path) -> Path:
+    "Merge `m` into the study folder unless it is there already (with the same parents and weights: else an error)."
+    import shutil
+    from .model import merge_checkpoints
+    folder = merge_dir(root, m.name)
+    if _same_merge(folder, m): return folder
+    if folder.exists(): raise ConfigError(f'{folder} holds another merge than the plan\'s {m.name} ({list(m.parents)}): '
+                                          f'remove it, or use another study folder')
+    for old in folder.parent.glob(f'.{m.name}.tmp-*'):   # a killed merge's leftovers, once silent for a lease
+        if time.time() - old.stat().st_mtime > LEASE_S: shutil.rmtree(old, ignore_errors=True)
+    try: return merge_checkpoints(folder, list(m.parents))
+    except (ConfigError, OSError):
+        if _same_merge(folder, m): return folder   # another launcher made it meanwhile
+        raise
+
+
+def make_merges(plan: StudyPlan, root: Path) -> list[Path]:
+    "Every merge that `plan`'s evaluation points and runs need, made now where missing (the step before their use)."
+    needed = dict.fromkeys([e.recorded_name for e in plan.evals if e.recorded_name in plan.merges] +
+                           [r.init_merge for r in plan.runs.values() if r.init_merge])
+    if unknown := [n for n in needed if n not in plan.merges]:
+        raise ConfigError(f'init_merge={unknown[0]!r} names no merge of the plan; its merges: {sorted(plan.merges)}')
+    return [make_merge(plan.merges[n], Path(root)) for n in needed]
+
 # %% ../nbs/04_study.ipynb #f5ee2c4f
 def _scaled(plan: StudyPlan, steps: int) -> int:
     s = steps * plan.step_scale
@@ -408,8 +495,9 @@ def pretrain_params(plan: StudyPlan, run: PlannedRun, root: Path) -> dict:
              total_steps=_scaled(plan, run.total_steps), warmup_steps=_scaled(plan, plan.warmup_steps),
              decay_steps=_scaled(plan, plan.decay_steps), out_dir=str(root), run_id=run.name, init_from=None,
              checkpoint_steps=','.join(str(_scaled(plan, s)) for s in sorted(run.keep_steps) if s < run.total_steps))
-    if run.spec.cpt_from:
-        p['init_from'] = str(checkpoint_dir(plan, root, run.spec.cpt_from, run.spec.cpt_start))
+    if run.spec.cpt_from or run.init_merge:
+        p['init_from'] = str(merge_dir(root, run.init_merge) if run.init_merge else
+                             checkpoint_dir(plan, root, run.spec.cpt_from, run.spec.cpt_start))
         p['warmup_steps'] = max(1, round(p['total_steps'] * 0.1)) if plan.step_scale != 1 else PRETRAIN.cpt_warmup_steps
         p['decay_steps'] = min(_scaled(plan, PRETRAIN.cpt_decay_steps), p['total_steps'] - p['warmup_steps'])
     if run.branch_from:
@@ -505,6 +593,7 @@ def submit_finetune_array(plan: StudyPlan, root: Path, folder: Path, overrides: 
     # each task carries its point as a plan of that point alone (the plan's settings and overrides, none of its
     # other points: the paper's whole plan, pickled once per task, would weigh about 140 MB over its 15,000 tasks)
     points = {e.name: dataclasses.replace(plan, runs={}, evals=[e]) for e, _ in jobs}
+    make_merges(dataclasses.replace(plan, evals=[e for e, _ in jobs]), root)   # the merged checkpoints, made here first
     first, run = jobs[0]
     finetune_config(**_job_params(points[first.name], run, str(root), overrides or {}))   # bad values stop here
     executor = submitit.AutoExecutor(folder=str(folder))
@@ -575,6 +664,7 @@ def pretrain_job_specs(plan: StudyPlan, root: Path,
 def submit_pretrain_jobs(plan: StudyPlan, root: Path, folder: Path, **sizes) -> list:
     "Submit `pretrain_job_specs(plan, root, **sizes)` to Slurm, each child after its parent's job; returns the jobs."
     import submitit
+    make_merges(dataclasses.replace(plan, evals=[]), root)   # the merges that runs continue from, made here first
     executor, jobs, ids = submitit.SlurmExecutor(folder=str(folder)), [], {}
     for spec in pretrain_job_specs(plan, root, **sizes):
         slurm = dict(spec['slurm'])
@@ -595,7 +685,7 @@ def submit_pretrain_jobs(plan: StudyPlan, root: Path, folder: Path, **sizes) -> 
 def finetune_params(plan: StudyPlan, e: EvalPoint, root: Path, **overrides) -> dict:
     """Parameters of the fine-tuning notebook (and `finetune_config`) for evaluation point `e`: the plan's preset,
     the checkpoint, its datasets, the plan's LRs and seeds, the plan's overrides, `e`'s protocol cell, then `overrides`."""
-    p = dict(preset=plan.finetune_preset, checkpoint=e.source or str(checkpoint_dir(plan, root, e.run, e.step)),
+    p = dict(preset=plan.finetune_preset, checkpoint=point_checkpoint(plan, e, root),
              checkpoint_name=e.recorded_name, tasks=','.join(e.datasets), lrs=','.join(str(x) for x in plan.lrs),
              seeds=','.join(str(x) for x in plan.seeds), results=str(Path(root)/'results.jsonl'))
     cell = sorted(set(overrides) & set(PROTOCOL_AXES))
@@ -679,7 +769,7 @@ def _run_item(plan: StudyPlan, root: Path, kind: str, item,
     "Run one pretraining run or one evaluation point's fine-tuning, unless it is done or in other hands."
     if kind == 'pretrain': return _run_pretraining(plan, root, item, progress)
     if not missing(root/'results.jsonl', point_runs(plan, item), warn=False): return
-    if item.source is None and not checkpoint_dir(plan, root, item.run, item.step).is_dir(): return   # still pretrained elsewhere
+    if item.source is None and not Path(point_checkpoint(plan, item, root)).is_dir(): return   # still pretrained elsewhere
     # several workers may fine-tune one checkpoint at once: each claims its runs in the store
     run_notebook('03b_finetune.ipynb', finetune_params(plan, item, root), root/'notebooks'/f'finetune-{item.name}{tag}.ipynb')
 
@@ -727,10 +817,12 @@ def launch(plan: StudyPlan,                 # what to run (`select` a part first
     seconds = dict(pretrain=0.0, finetune=0.0)
     if 'pretrain' in stages and plan.runs:
         t0 = time.perf_counter()
+        make_merges(plan, root)   # the merges that runs continue from (`PlannedRun.init_merge`)
         _walk(plan, root, 'pretrain', list(plan.runs.values()), progress)
         seconds['pretrain'] = time.perf_counter() - t0
     if 'finetune' in stages and plan.evals:
         t0 = time.perf_counter()
+        make_merges(plan, root)   # the step before fine-tuning: the merged checkpoints the points need
         _finetune_stage(plan, root, progress, devices)
         seconds['finetune'] = time.perf_counter() - t0
     # wall time of this call per stage (runs found finished cost nothing)
@@ -741,7 +833,7 @@ def launch(plan: StudyPlan,                 # what to run (`select` a part first
 PRESETS = {'paper': paper_plan, 'paper-15120': lambda: paper_plan(intermediate='one-per-family'),
            'paper+appendix': lambda: paper_plan(appendix=True),
            'protocol-ablation': protocol_ablation_plan,
-           'precision-ablation': precision_ablation_plan, 'demo': demo_plan}
+           'precision-ablation': precision_ablation_plan, 'merging': merging_plan, 'demo': demo_plan}
 
 def get_plan(preset: str) -> StudyPlan:
     if preset not in PRESETS: raise ConfigError(f'unknown preset {preset!r}; choose one of {list(PRESETS)}')
@@ -812,6 +904,7 @@ def describe(plan: StudyPlan, costs: Costs = Costs(),
              f"  evaluated checkpoints  {c['evaluated_checkpoints']:>8,}"]
     if c['protocol_cells'] > 1: lines.append(f"  fine-tuning protocols  {c['protocol_cells']:>8,}")
     lines += [f"  fine-tuning runs       {c['finetuning_runs']:>8,}  ({len(finetune_jobs(plan)):,} jobs)"]
+    if plan.merges: lines.append(f"  merged checkpoints     {len(plan.merges):>8,}  (made by the plan: no training)")
     lines += textwrap.wrap(plan.note, 114, initial_indent='  (', subsequent_indent='   ') if plan.note else []
     if plan.note: lines[-1] += ')'
     lines += [f'compute (6N per token + attention; embeddings excluded, LM head included; '
