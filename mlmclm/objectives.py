@@ -18,7 +18,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.checkpoint import checkpoint
 
 from .core import ConfigError
-from .vocab import ADAMW, AdamW, Phase
+from .vocab import ADAMW, OBJECTIVES, AdamW, Phase
 from .sizes import PEAK_FLOPS, block_shape, model_config, peak_flops
 from .model import Block, Rotary, torch_varlen_kernel, allowed_attention, host_layout, layout_of, reference_varlen
 
@@ -74,17 +74,21 @@ def make_batch(rows: dict,                 # 'input_ids', 'document_ids': (B, T)
               ) -> dict:
     """Inputs, labels and attention mode of one micro-batch under `phase`'s objective, with the documents' layout for
     the variable-length kernels (`cu_seqlens`, `max_seqlen`; built here, on the CPU, see `01_model`); MLM also ships
-    `masked_positions` `(n_masked,)`, the flat positions of `(B*T)` that take a loss (found here: no host sync)."""
+    `masked_positions` `(n_masked,)`, the flat positions of `(B*T)` that take a loss (found here: no host sync).
+    The objective's row of `mlmclm.vocab.OBJECTIVES` says what to build: corrupt a share of the tokens or not, predict
+    the token at each position or the next one, with causal or bidirectional attention."""
+    objective = OBJECTIVES[phase.objective]
     ids, docs = rows['input_ids'], rows['document_ids']
     lay = host_layout(None, docs)
     layout = dict(cu_seqlens=lay['cu_seqlens'], max_seqlen=lay['max_len'])
-    if phase.objective == 'clm':
-        return dict(input_ids=ids, document_ids=docs, labels=clm_labels(ids, docs), is_causal=True, **layout)
-    g = torch.Generator().manual_seed(seed * 1_000_003 + first_row)
-    inputs, labels = mask_tokens(ids, phase.mask_ratio, tokenizer_ids['mask_token_id'], tokenizer_ids['vocab_size'],
-                                 tokenizer_ids['special_ids'], replace, generator=g)
-    return dict(input_ids=inputs, document_ids=docs, labels=labels, is_causal=False, **layout,
-                masked_positions=labelled_positions(labels))
+    inputs, labels = ids, ids                                                   # (B, T) each
+    if objective.masked:
+        g = torch.Generator().manual_seed(seed * 1_000_003 + first_row)
+        inputs, labels = mask_tokens(ids, phase.mask_ratio, tokenizer_ids['mask_token_id'], tokenizer_ids['vocab_size'],
+                                     tokenizer_ids['special_ids'], replace, generator=g)
+    if objective.next_token: labels = clm_labels(labels, docs)   # position i learns token i+1's target (IGNORE stays)
+    batch = dict(input_ids=inputs, document_ids=docs, labels=labels, is_causal=objective.causal, **layout)
+    return dict(batch, masked_positions=labelled_positions(labels)) if objective.masked else batch
 
 
 def labelled_positions(labels: torch.Tensor,  # (B, T), IGNORE where no loss is taken
