@@ -15,10 +15,11 @@ from .core import ConfigError
 # %% auto #0
 __all__ = ['OBJECTIVES', 'SIZE_ORDER', 'CONTROL', 'SIZES', 'RATIOS', 'BUDGETS', 'E3_STEPS', 'CPT_STEPS', 'FULL_BUDGET',
            'FAMILIES', 'PAPER_DATASETS', 'PAPER_TASKS', 'EMBEDDED_TASKS', 'PAPER_LRS', 'PAPER_SEEDS', 'TRAIN_ON',
-           'ADAMW', 'PRETRAIN', 'FINETUNE', 'FINETUNE_OPTIONS', 'PROTOCOL_AXES', 'PROTOCOL', 'Objective', 'objective',
-           'Phase', 'parse_schedule', 'phase_at', 'switch_steps', 'RunName', 'kilo_steps', 'run_name', 'phase_of_label',
-           'parse_run_name', 'run_kind', 'describe_checkpoint', 'paper_experiments', 'paper_checkpoints',
-           'paper_run_names', 'AdamW', 'PretrainRecipe', 'FinetuneRecipe', 'ProtocolOption', 'check_protocol_axes']
+           'ADAMW', 'PRETRAIN', 'FINETUNE', 'FINETUNE_OPTIONS', 'PROTOCOL_AXES', 'PROTOCOL', 'Objective',
+           'objective_of', 'Phase', 'parse_schedule', 'phase_at', 'switch_steps', 'RunName', 'kilo_steps', 'run_name',
+           'phase_of_label', 'parse_run_name', 'run_kind', 'describe_checkpoint', 'paper_experiments',
+           'paper_checkpoints', 'paper_run_names', 'AdamW', 'PretrainRecipe', 'FinetuneRecipe', 'ProtocolOption',
+           'check_protocol_axes']
 
 # %% ../nbs/00a_vocab.ipynb #405ae61a
 @dataclass(frozen=True)
@@ -39,6 +40,10 @@ class Objective:
         "The share of positions the LM head runs on: the masked ones under a sparse head, else all."
         return mask_ratio if self.masked and sparse_head else 1.0
 
+    def legend(self, mask_ratio: float | None = None) -> str:
+        "How a figure's legend writes it: 'CLM', 'MLM-40'."
+        return f'{self.title}-{round(mask_ratio * 100)}' if self.masked else self.title
+
 
 OBJECTIVES = {o.name: o for o in [
     Objective('clm', 'CLM', causal=True, masked=False, next_token=True, source='the paper (GPT-style pretraining)'),
@@ -48,7 +53,7 @@ OBJECTIVES = {o.name: o for o in [
 ]}
 
 
-def objective(name: str) -> Objective:
+def objective_of(name: str) -> Objective:
     "The row of `OBJECTIVES` named `name`; an unknown name is an error that lists the known ones."
     if name not in OBJECTIVES: raise ConfigError(f'objective={name!r}; choose from {", ".join(map(repr, OBJECTIVES))}')
     return OBJECTIVES[name]
@@ -60,15 +65,15 @@ class Phase:
     steps: int                       # optimizer steps in this phase
     mask_ratio: float | None = None  # masked objectives only
 
-    def __post_init__(self): objective(self.objective)   # an unknown objective fails here, naming the known ones
+    def __post_init__(self): objective_of(self.objective)   # an unknown objective fails here, naming the known ones
 
     @property
-    def is_causal(self) -> bool: return objective(self.objective).causal
+    def is_causal(self) -> bool: return objective_of(self.objective).causal
 
     @property
     def label(self) -> str:
         "The released names' spelling: 'clm', 'mlm40', 'mntp40'."
-        return objective(self.objective).label(self.mask_ratio)
+        return objective_of(self.objective).label(self.mask_ratio)
 
 
 def _named_schedule(schedule, total_steps, clm_steps, clm_fraction, mask_ratio) -> list[Phase]:
@@ -181,8 +186,9 @@ def run_name(run: RunName) -> str:
     return name if run.checkpoint_step is None else f'{name}-{run.checkpoint_step}'
 
 
-_LABEL = '|'.join(o.name + (r'\d{2}' if o.masked else '') for o in OBJECTIVES.values())   # 'clm|mlm\d{2}|mntp\d{2}'
-_TOKEN = re.compile(rf'({_LABEL})-(\d+)k')
+def _labels() -> str:
+    "The phase labels the table allows, as a regular expression: 'clm|mlm\\d{2}|mntp\\d{2}' (read at each call)."
+    return '|'.join(o.name + (r'\d{2}' if o.masked else '') for o in OBJECTIVES.values())
 
 
 def phase_of_label(label: str,  # a released phase label: 'clm', 'mlm40', 'mntp30'
@@ -190,7 +196,7 @@ def phase_of_label(label: str,  # a released phase label: 'clm', 'mlm40', 'mntp3
                   ) -> Phase:
     "The phase a label spells, trained for `steps` steps (the inverse of `Phase.label`)."
     m = re.fullmatch(r'([a-z]+)(\d{2})?', label)
-    obj = objective(m.group(1) if m else label)
+    obj = objective_of(m.group(1) if m else label)
     if obj.masked != bool(m.group(2)): raise ValueError(f'phase label {label!r}: expected {obj.label(0.4)!r}-like')
     return Phase(obj.name, steps, int(m.group(2)) / 100 if obj.masked else None)
 
@@ -200,14 +206,14 @@ def parse_run_name(name: str) -> RunName:
     if not m: raise ValueError(f'cannot parse run name {name!r}: expected e.g. "610m-clm-10k-mlm40-42k"')
     size, rest, ckpt = m.group('size'), m.group('rest'), m.group('ckpt')
     cpt_from, start = None, 0
-    if dec := re.fullmatch(rf'({_LABEL})-dec(\d+)k-(.+)', rest):
+    if dec := re.fullmatch(rf'({_labels()})-dec(\d+)k-(.+)', rest):
         start, cpt_from, rest = int(dec.group(2)) * 1000, f'{size}-{dec.group(1)}-{dec.group(2)}k', dec.group(3)
     tokens = rest.split('-')
     if len(tokens) % 2: raise ValueError(f'cannot parse run name {name!r}: phases come as "<objective>-<N>k" pairs')
     phases, prev = [], start
     for obj, end in zip(tokens[::2], tokens[1::2]):
-        if not _TOKEN.fullmatch(f'{obj}-{end}'):
-            raise ValueError(f'cannot parse run name {name!r}: {obj}-{end!r} is not "<{_LABEL}>-<N>k"')
+        if not re.fullmatch(rf'({_labels()})-(\d+)k', f'{obj}-{end}'):
+            raise ValueError(f'cannot parse run name {name!r}: {obj}-{end!r} is not "<{_labels()}>-<N>k"')
         end = int(end[:-1]) * 1000
         if end <= prev: raise ValueError(f'cannot parse run name {name!r}: phase ends must increase')
         phases.append(phase_of_label(obj, end - prev))
