@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import functools
-import re
 from pathlib import Path
 
 import matplotlib.pyplot as plt
