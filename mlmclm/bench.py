@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from .core import (ConfigError, atomic_path, atomic_write_json, atomic_write_text, pick_device, project_root,
                          read_json, read_jsonl, seed_everything)
-from .vocab import ADAMW, FINETUNE, Phase
+from .vocab import ADAMW, FINETUNE, OBJECTIVES, Phase, objective_of
 from .corpus import EMBEDDED, embedded_documents
 from .sizes import (ATTN_BACKENDS, FLOP_CONVENTION, LLAMA3_VOCAB_SIZE, MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU,
                           fit_settings, flops_per_token, model_config)
@@ -74,7 +74,7 @@ def _embedded_rows(seq_len: int, seed: int, n: int) -> tuple:
 
 
 def make_batches(cfg,                    # the model config (its vocabulary bounds the token ids)
-                 objective: str,         # 'clm' or 'mlm'
+                 objective: str,         # a key of `mlmclm.vocab.OBJECTIVES`: 'clm', 'mlm', 'mntp'
                  batch_size: int,        # rows per batch
                  seq_len: int,           # tokens per row
                  n: int,                 # batches to build
@@ -82,11 +82,11 @@ def make_batches(cfg,                    # the model config (its vocabulary boun
                  seed: int = 0,          # data order and masking
                 ) -> list[dict]:
     "`n` training batches `{'input_ids', 'document_ids', 'labels': (B, T), 'is_causal'}` of the embedded corpus."
-    if objective not in ('clm', 'mlm'): raise ValueError(f"objective={objective!r}; choose 'clm' or 'mlm'")
+    obj = objective_of(objective)   # an unknown objective fails here, naming the known ones
     tok = load_tokenizer('embedded')
     rows = ({**r, 'input_ids': r['input_ids'] % cfg.vocab_size}             # token ids folded into the model's vocabulary
             for r in _embedded_rows(seq_len, seed, n * batch_size))
-    phase = Phase('clm', n) if objective == 'clm' else Phase('mlm', n, mask_ratio)
+    phase = Phase(obj.name, n, mask_ratio if obj.masked else None)
     info = dict(mask_token_id=tok.mask_token_id % cfg.vocab_size, vocab_size=min(len(tok), cfg.vocab_size),
                 special_ids=sorted(set(tok.all_special_ids)))
     # the trainer's own batch maker: one process, one micro-batch per step
@@ -95,11 +95,11 @@ def make_batches(cfg,                    # the model config (its vocabulary boun
 
 
 def hf_model(cfg,              # our `ModelConfig`
-             objective: str,   # 'clm' (causal) or 'mlm' (bidirectional)
+             objective: str,   # a key of `mlmclm.vocab.OBJECTIVES` (its attention: causal or bidirectional)
             ):
     "Hugging Face's `LlamaForCausalLM` of the identical shape with SDPA attention."
     from transformers import LlamaConfig, LlamaForCausalLM
-    d = to_llama_config_dict(dataclasses.replace(cfg, is_causal=objective == 'clm'))
+    d = to_llama_config_dict(dataclasses.replace(cfg, is_causal=objective_of(objective).causal))
     for k in ('model_type', 'architectures', 'torch_dtype'): d.pop(k)
     return LlamaForCausalLM(LlamaConfig(**d, attn_implementation='sdpa'))
 
@@ -289,7 +289,7 @@ def _side_row(name: str, t: dict, cfg, objective: str, tokens: int, seq_len: int
 
 
 def benchmark(size: str = 'tiny',          # one of `BENCH_SIZES`
-              objective: str = 'clm',      # 'clm' or 'mlm'
+              objective: str = 'clm',      # a key of `mlmclm.vocab.OBJECTIVES`: 'clm', 'mlm', 'mntp'
               baseline: str = 'hf',        # 'hf' (LlamaForCausalLM) or 'dense-head' (MLM only)
               batch_size: int = 8,         # rows per step
               seq_len: int = 256,          # tokens per row (1024 in the paper)
@@ -302,10 +302,11 @@ def benchmark(size: str = 'tiny',          # one of `BENCH_SIZES`
               **options,                   # fast-path overrides: bf16, fused, compile, attn_backend, sparse_head, ce_chunk, grad_ckpt
              ) -> dict:
     "Ours against the baseline: tokens/s, step time, MFU, peak memory per side, and the ratio ours/baseline."
-    if objective not in ('clm', 'mlm'): raise ValueError(f"objective={objective!r}; choose 'clm' or 'mlm'")
+    obj = objective_of(objective)
     if baseline not in ('hf', 'dense-head'): raise ValueError(f"baseline={baseline!r}; choose 'hf' or 'dense-head'")
-    if baseline == 'dense-head' and objective != 'mlm':
-        raise ValueError("baseline='dense-head' compares MLM heads: use objective='mlm'")
+    if baseline == 'dense-head' and not obj.masked:
+        raise ValueError(f"baseline='dense-head' compares MLM heads: use a masked objective "
+                         f"({', '.join(repr(o.name) for o in OBJECTIVES.values() if o.masked)})")
     dev = pick_device(device)
     opts = _resolve_options(dev, options)
     cfg = bench_config(size, opts['attn_backend'])
@@ -323,7 +324,7 @@ def benchmark(size: str = 'tiny',          # one of `BENCH_SIZES`
                       span if s.name == 'ours+docs' else None) for s in sides]
     del sides
     return dict(size=size, objective=objective, baseline=baseline, batch_size=batch_size, seq_len=seq_len,
-                mask_ratio=mask_ratio if objective == 'mlm' else None, steps=steps, reps=reps, warmup=warmup,
+                mask_ratio=mask_ratio if obj.masked else None, steps=steps, reps=reps, warmup=warmup,
                 device=_device_name(dev), options=opts, ratio=rows[0]['ratio'], sides=rows,
                 flop_convention=FLOP_CONVENTION, attention=attention_kernel(opts['attn_backend'], dev),
                 eager_fallback=any(r['recompile_limit_hits'] for r in rows))
@@ -435,7 +436,7 @@ def ablation_variants(device, objective: str) -> dict[str, dict]:
     fast = fast_defaults(device)
     out = {'all': {}}
     for k, off in _OFF.items():
-        if k == 'sparse_head' and objective != 'mlm': continue
+        if k == 'sparse_head' and not objective_of(objective).masked: continue
         if fast[k] != off: out[f'no {k}'] = {k: off}
     return out
 
@@ -917,7 +918,7 @@ def _parser() -> argparse.ArgumentParser:
                                 epilog="'smoke' (the first word) runs every GPU path once instead, at tiny sizes on a CPU "
                                        "(what to run first on a GPU); `%(prog)s smoke --help` lists its options.")
     p.add_argument('--size', choices=BENCH_SIZES, help="model shape (pretraining default: tiny); with --finetune, a fresh model")
-    p.add_argument('--objective', default='clm', choices=['clm', 'mlm'])
+    p.add_argument('--objective', default='clm', choices=list(OBJECTIVES))
     p.add_argument('--baseline', default=None, choices=['hf', 'dense-head', 'hf-trainer'],
                    help="hf: transformers' LlamaForCausalLM (sdpa, the pretraining default); dense-head: ours with the "
                         "dense MLM head; hf-trainer: transformers.Trainer as the authors fine-tune (with --finetune)")

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -21,7 +20,7 @@ import seaborn as sns
 
 from .core import atomic_path, atomic_write_text, read_json, read_jsonl
 from .vocab import (ADAMW, CONTROL, FAMILIES, FULL_BUDGET, PAPER_TASKS, PRETRAIN, PROTOCOL, RATIOS, SIZE_ORDER,
-                          Phase, describe_checkpoint, parse_run_name)
+                          OBJECTIVES, Phase, RunName, describe_checkpoint, parse_run_name, phase_of_label, run_kind)
 from .runs import shard_dir
 from .sizes import flops_per_token, model_config
 from .results import (DEFAULT_SELECTION, FAMILY_SCORE_COLUMNS, PROTOCOL_AXES, RESULT_COLUMNS, SELECTIONS, aggregate,
@@ -68,13 +67,13 @@ def recorded_meta(name: str,          # a checkpoint name that is not a released
     if size not in SIZE_ORDER: return None
     phases = [Phase(**p) for p in r.pretrain_phases]
     ends = np.cumsum([p.steps for p in phases])
-    total, clm = int(ends[-1]), sum(p.steps for p in phases if p.objective == 'clm')
-    ratios = {p.mask_ratio for p in phases if p.objective == 'mlm'}
+    run = RunName(size, tuple(phases))
+    total, clm = int(ends[-1]), run.clm_steps
     step = int(r.pretrain_step) if pd.notna(r.get('pretrain_step')) else total
     cpt = bool(r.get('pretrain_init_from'))
-    kind = 'cpt' if cpt else 'clm' if clm == total else 'mlm' if clm == 0 else 'biphasic'
+    kind = run_kind(phases, cpt)
     return dict(checkpoint=name, size=size, kind=kind, condition='-'.join(f'{p.label}-{e}' for p, e in zip(phases, ends)),
-                mask_ratio=ratios.pop() if len(ratios) == 1 else float('nan'), clm_steps=clm, budget=total,
+                mask_ratio=run.mask_ratio if run.mask_ratio is not None else float('nan'), clm_steps=clm, budget=total,
                 clm_share=clm / total if not cpt else float('nan'), cpt_from=None, cpt_steps=total if cpt else 0,
                 step=step, intermediate=step < total)
 
@@ -316,7 +315,7 @@ def fig_mlm_vs_clm(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
         for j, kind in enumerate(('mlm', 'clm')):
             pos = np.arange(len(sizes)) + (j - 0.5) * 0.38
             o = ours[(ours.family == fam) & (ours.kind == kind)].set_index('slot').reindex(sizes)
-            label = kind.upper() + (' (40%)' if kind == 'mlm' else '') if o.score.notna().any() else '_nolegend_'
+            label = OBJECTIVES[kind].title + (' (40%)' if OBJECTIVES[kind].masked else '') if o.score.notna().any() else '_nolegend_'
             ax.bar(pos, o.score, width=0.36, color=KIND_COLORS[kind], label=label,
                    yerr=_yerr(o), capsize=2, error_kw=dict(lw=0.8))
             p = paper[(paper.family == fam) & (paper.kind == kind)].set_index('size').reindex(sizes)
@@ -420,11 +419,11 @@ def _log_axes(axes):
 
 @functools.lru_cache(maxsize=None)
 def paper_flops_per_step(size: str,  # a model size of `mlmclm.sizes.MODEL_SIZES`
-                         kind: str,  # 'clm' or 'mlm'
+                         kind: str,  # a pure run's kind: an objective of `mlmclm.vocab.OBJECTIVES` ('clm', 'mlm')
                          mask_ratio: float = 0.4,  # MLM's masked share (its sparse head pays for masked tokens only)
                         ) -> float:
     "Training FLOPs of one pretraining step at the paper's batch (2,304 sequences of 1,024 tokens)."
-    per_token = flops_per_token(model_config(size), PRETRAIN.seq_len, 'mlm' if kind == 'mlm' else 'clm', mask_ratio)
+    per_token = flops_per_token(model_config(size), PRETRAIN.seq_len, kind, mask_ratio)
     return PRETRAIN.global_batch * PRETRAIN.seq_len * per_token
 
 # %% ../nbs/05_figures.ipynb #c032b2f5
@@ -529,13 +528,13 @@ def _cpt_points(df):
 
 def _start_kind(start: str) -> str:
     "'clm' or 'mlm': the objective of a CPT run's starting model (its condition, e.g. 'mlm40-42k')."
-    return 'clm' if start.startswith('clm') else 'mlm'
+    return phase_of_label(start.split('-')[0], 1).objective
 
 
 def _start_label(start: str) -> str:
     "The legend text of a CPT start, the same in Figures 8 and 9: 'from CLM', 'from MLM-40'."
-    objective = start.split('-')[0]
-    return 'from ' + ('CLM' if objective == 'clm' else re.sub(r'^mlm(\d+)$', r'MLM-\1', objective))
+    p = phase_of_label(start.split('-')[0], 1)
+    return 'from ' + OBJECTIVES[p.objective].legend(p.mask_ratio)
 
 
 def fig_cpt(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from .core import ConfigError, assets_dir
-from .vocab import FAMILIES, PAPER_DATASETS, describe_checkpoint, parse_run_name
+from .vocab import FAMILIES, OBJECTIVES, PAPER_DATASETS, describe_checkpoint, objective_of, parse_run_name
 from .tasks import TASKS
 from .results import (DEFAULT_SELECTION, SELECTIONS, StoreWriter, check_store_path, code_version, counted,
                             current_rows, family_scores, load_results, protocol_cell, read_rows, row_problem, run_key)
@@ -28,12 +28,12 @@ __all__ = ['RUN_DIR', 'KNOWN_DATASETS', 'IMPORT_BATCH', 'reported_scores', 'in_p
 def _reported_name(row) -> str:
     size, step = row['size'], int(row['step'])
     if row['experiment'] == 'cpt':
-        start = 'clm' if row['cpt_from'] == 'clm' else f"mlm{round(float(row['mask_ratio']) * 100)}"
+        start = objective_of(row['cpt_from']).label(float(row['mask_ratio']))   # 'clm', 'mlm40'
         return f"{size}-{start}-dec42k-mlm40-{step // 1000}k"
     clm, mlm = int(row['clm_steps']), int(row['mlm_steps'])
     total = clm + mlm
-    if row['pretraining'] == 'clm': name = f'{size}-clm-{total // 1000}k'
-    elif row['pretraining'] == 'mlm': name = f"{size}-mlm{round(float(row['mask_ratio']) * 100)}-{total // 1000}k"
+    if row['pretraining'] in OBJECTIVES:   # one objective; else 'biphasic', CLM then MLM
+        name = f"{size}-{objective_of(row['pretraining']).label(float(row['mask_ratio']))}-{total // 1000}k"
     else: name = f"{size}-clm-{clm // 1000}k-mlm{round(float(row['mask_ratio']) * 100)}-{total // 1000}k"
     return name if step == total else f'{name}-{step}'
 

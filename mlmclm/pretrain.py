@@ -29,7 +29,7 @@ import torch
 from .core import (LEASE_S, ClaimHeld, ConfigError, append_jsonl, atomic_write_json, atomic_write_text,
                          claim_holder, claim_state, config_help, parse_setting, pick_device, pick_dtype, read_json,
                          read_jsonl, seed_everything, to_json, write_run_record)
-from .vocab import AdamW, Phase, parse_schedule, phase_at, switch_steps
+from .vocab import OBJECTIVES, AdamW, Phase, parse_schedule, phase_at, switch_steps
 from .runs import PretrainConfig, grad_accum, pretrain_config, pretrain_run, tracker_names
 from .sizes import FLOP_CONVENTION, flops_per_token, memory_estimate, memory_line, model_config
 from .corpus import EMBEDDED_SOURCES
@@ -120,9 +120,9 @@ def _checkpoint_tensors(folder):
 EMPTY_BATCHES_ALLOWED = 1e-3   # expected micro-batches without a masked token over an MLM phase
 
 def _check_masking(cfg: PretrainConfig, phases: list[Phase]) -> None:
-    "Refuse an MLM phase whose micro-batches may hold no masked token: such a batch's loss is 0/0 and stops the run."
+    "Refuse a masked phase whose micro-batches may hold no masked token: such a batch's loss is 0/0 and stops the run."
     tokens = cfg.batch_size * cfg.seq_len                  # an upper bound: special tokens are never masked
-    for p in (p for p in phases if p.objective == 'mlm'):
+    for p in (p for p in phases if OBJECTIVES[p.objective].masked):
         micro = p.steps * max(1, (cfg.global_batch or cfg.batch_size) // cfg.batch_size)
         if (expected := micro * (1 - p.mask_ratio) ** tokens) > EMPTY_BATCHES_ALLOWED:
             need = 1 - (EMPTY_BATCHES_ALLOWED / micro) ** (1 / tokens)

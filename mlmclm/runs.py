@@ -80,7 +80,7 @@ def step_defaults(total_steps: int) -> dict:
 @dataclass
 class PretrainConfig:
     size: str = param('tiny', 'model size; ignored with init_from', choices=tuple(SIZE_ORDER))
-    schedule: str = param('mlm', "'mlm', 'clm', 'biphasic' or phases like 'clm:10000,mlm40:32000'")
+    schedule: str = param('mlm', "'mlm', 'clm', 'mntp', 'biphasic' or phases like 'clm:10000,mntp40:32000'")
     total_steps: int = param(336, 'optimizer steps in this run (42000 in the paper)', low=1)
     clm_steps: int | None = param(None, 'biphasic: CLM steps before the switch', low=1)
     clm_fraction: float | None = param(None, f'biphasic: CLM share of total_steps instead ({BIPHASIC_CLM_FRACTION} when '

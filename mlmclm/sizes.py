@@ -12,6 +12,7 @@ from typing import Callable
 
 from .core import ConfigError, build_config, param
 from .corpus import EMBEDDED_VOCAB_SIZE
+from .vocab import OBJECTIVES, objective_of
 
 # %% auto #0
 __all__ = ['ATTN_BACKENDS', 'LLAMA3_VOCAB_SIZE', 'MODEL_SIZES', 'FLOP_CONVENTION', 'PEAK_FLOPS', 'PLANNER_GPU', 'STRATEGIES',
@@ -97,15 +98,15 @@ FLOP_CONVENTION = ('6N per token (blocks + LM head; embeddings excluded; sparse 
 
 def flops_per_token(cfg: str | ModelConfig,      # a key of `MODEL_SIZES` or a `ModelConfig`
                     seq_len: int,             # tokens per row
-                    objective: str = 'clm',   # 'clm' or 'mlm'
-                    mask_ratio: float = 0.4,  # MLM: the share of positions the sparse head computes
-                    sparse_head: bool = True, # MLM: the LM head only at masked positions
+                    objective: str = 'clm',   # a key of `mlmclm.vocab.OBJECTIVES`: 'clm', 'mlm', 'mntp'
+                    mask_ratio: float = 0.4,  # masked objectives: the share of positions the sparse head computes
+                    sparse_head: bool = True, # masked objectives: the LM head only at the labelled positions
                     attn_len: float | None = None,  # keys per query in the attention term; None: `seq_len` (the convention)
                    ) -> float:
     "Training FLOPs per token under `FLOP_CONVENTION` (see above)."
     if isinstance(cfg, str): cfg = model_config(cfg)
     n = param_counts(cfg)
-    head_share = mask_ratio if (objective == 'mlm' and sparse_head) else 1.0
+    head_share = objective_of(objective).head_share(mask_ratio, sparse_head)
     attn = 12 * cfg.num_hidden_layers * (seq_len if attn_len is None else attn_len) * cfg.num_attention_heads * cfg.head_dim
     return 6 * (n['body'] + head_share * n['head']) + attn
 
@@ -251,7 +252,7 @@ def memory_estimate(size,                         # a key of MODEL_SIZES or a `M
                     processes: int = 8,           # processes (GPUs) of the run: FSDP2 shards over them
                     micro_batch: int = 12,        # rows per process per micro-batch
                     seq_len: int = 1024,          # tokens per row
-                    objective: str = 'mlm',       # 'mlm' or 'clm'
+                    objective: str = 'mlm',       # a key of `mlmclm.vocab.OBJECTIVES`
                     mask_ratio: float = 0.4,      # MLM: the share the sparse head computes
                     sparse_head: bool = True,     # MLM: LM head at the masked positions only
                     ce_chunk: int = 0,            # chunked cross-entropy, positions per chunk (0: at once)
@@ -266,14 +267,14 @@ def memory_estimate(size,                         # a key of MODEL_SIZES or a `M
                    ) -> dict:                     # GiB per process: parts and `peak`
     "Peak memory of one training process (see above); the activations and the loss as stored, or as measured (`**MEASURED`)."
     if strategy not in STRATEGIES: raise ConfigError(f'strategy={strategy!r}; choose one of {list(STRATEGIES)}')
-    if objective not in ('mlm', 'clm'): raise ConfigError(f"objective={objective!r}; choose 'mlm' or 'clm'")
+    head_share = objective_of(objective).head_share(mask_ratio, sparse_head)   # an unknown objective fails here
     cfg, compiled = model_config(size, attn_backend=attn_backend), bf16 if compiled is None else compiled
     n, tokens = param_counts(cfg), micro_batch * seq_len
     s = _state(n, strategy, processes, bf16, ce_chunk > 0, grad_accum, bucket_view)
     per_layer = activation_bytes(cfg, bf16, checkpointed=grad_ckpt, compiled=compiled)
     kept = tokens * (cfg.num_hidden_layers * per_layer + 16 * cfg.hidden_size)   # + embeddings, final norm, head input
     recompute = tokens * activation_bytes(cfg, bf16, compiled=compiled) if grad_ckpt else 0   # one block again in backward
-    positions = tokens * (mask_ratio if objective == 'mlm' and sparse_head else 1.0)
+    positions = tokens * head_share
     at_once = min(ce_chunk, positions) if ce_chunk else positions
     loss = at_once * cfg.vocab_size * logit_bytes(bf16, ce_chunk > 0) + (8 * positions * cfg.hidden_size if ce_chunk else 0)
     peak = s['persistent'] + max(s['backward'] + kept + max(loss, recompute), s['step'])
@@ -286,7 +287,7 @@ def memory_estimate(size,                         # a key of MODEL_SIZES or a `M
 
 def memory_line(e: dict) -> str:
     "One line for logs and plans: the estimate and the settings it is for."
-    opts = ', '.join(k for k, on in (('sparse head', e['sparse_head'] and e['objective'] == 'mlm'),
+    opts = ', '.join(k for k, on in (('sparse head', e['sparse_head'] and OBJECTIVES[e['objective']].masked),
                                       (f"ce_chunk {e['ce_chunk']}", e['ce_chunk']), ('checkpointing', e['grad_ckpt']),
                                       ('compiled blocks', e.get('compiled'))) if on)
     return (f"estimated peak {e['peak_gib']:.1f} GiB per process ({e['size']}, {e['strategy']} over {e['processes']}, "

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from .core import HOST, LEASE_S, ClaimHeld, ConfigError, atomic_write_text, project_root, read_json, read_jsonl
 from .vocab import (CONTROL, FINETUNE, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN,
-                          PROTOCOL_AXES, SIZE_ORDER, EMBEDDED_TASKS, RunName, check_protocol_axes, paper_experiments,
-                          parse_run_name, parse_schedule)
+                          PROTOCOL_AXES, SIZE_ORDER, EMBEDDED_TASKS, Phase, RunName, check_protocol_axes, objective_of,
+                          paper_experiments, parse_run_name, parse_schedule, run_name)
 from .runs import (FinetuneConfig, FinetuneRun, PretrainRun, claim_status, finetune_config, finetune_grid,
                          finetune_runs, grad_accum, pretrain_config, work_claim_path)
 from .results import missing
@@ -35,15 +35,15 @@ from .sizes import (MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU, flops_per_token, memor
 
 # %% auto #0
 __all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERMEDIATE', 'ABLATION_CHECKPOINTS', 'PROTOCOL_GRID',
-           'MERGE_WEIGHTS', 'PRESETS', 'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan',
+           'MERGE_WEIGHTS', 'CPT_START', 'PRESETS', 'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan',
            'intermediate_datasets', 'paper_plan', 'Costs', 'run_flops', 'task_of', 'dataset_family',
            'finetune_examples', 'finetune_flops_by_size', 'finetune_flops', 'estimate', 'select', 'demo_experiments',
            'demo_plan', 'protocol_ablation_plan', 'precision_ablation_plan', 'Merge', 'merge_name', 'merging_plan',
            'merge_dir', 'point_checkpoint', 'make_merge', 'make_merges', 'checkpoint_dir', 'pretrain_params',
-           'run_notebook', 'point_runs', 'finetune_jobs', 'accelerate_command', 'slurm_nodes', 'refused',
-           'submit_finetune_array', 'study_status', 'PretrainJob', 'pretrain_job_specs', 'submit_pretrain_jobs',
-           'finetune_params', 'worker_env', 'visible_gpus', 'finetune_workers', 'launch', 'get_plan',
-           'measured_finetune', 'measured_finetune_line', 'memory_lines', 'describe', 'main']
+           'cpt_objectives_plan', 'run_notebook', 'point_runs', 'finetune_jobs', 'accelerate_command', 'slurm_nodes',
+           'refused', 'submit_finetune_array', 'study_status', 'PretrainJob', 'pretrain_job_specs',
+           'submit_pretrain_jobs', 'finetune_params', 'worker_env', 'visible_gpus', 'finetune_workers', 'launch',
+           'get_plan', 'measured_finetune', 'measured_finetune_line', 'memory_lines', 'describe', 'main']
 
 # %% ../nbs/04_study.ipynb #59d3ae7e
 @dataclass
@@ -54,10 +54,11 @@ class PlannedRun:
     branch_from: tuple | None = None        # (parent name, step): start from the parent's full state there
     keep_steps: set = field(default_factory=set)  # steps to keep checkpoints at (evaluation, children)
     init_merge: str | None = None           # continued pretraining from the plan's merge of this name (`StudyPlan.merges`)
+    start: str | None = None                # CPT from a released checkpoint (hub id or folder): no parent to train
 
     @property
     def parent(self) -> str | None:
-        return self.spec.cpt_from or (self.branch_from[0] if self.branch_from else None)
+        return (None if self.start else self.spec.cpt_from) or (self.branch_from[0] if self.branch_from else None)
 
     @property
     def first_step(self) -> int:
@@ -145,15 +146,18 @@ class StudyPlan:
 
 
 def build_plan(preset: str, experiments: dict[str, list[str]], datasets_final: tuple, datasets_intermediate: tuple,
-               lrs: tuple, seeds: tuple, warmup: int = 2000, decay: int = 2000, **extra) -> StudyPlan:
+               lrs: tuple, seeds: tuple, warmup: int = 2000, decay: int = 2000,
+               starts: dict | None = None,   # CPT starts taken as released, not trained: run name -> hub id or folder
+               **extra) -> StudyPlan:
     "Runs, sharing and evaluation points of a set of experiments."
     runs: dict[str, PlannedRun] = {}
     evals: dict[str, EvalPoint] = {}
+    starts = starts or {}
     def add_run(name, exp):
         spec = parse_run_name(name)
-        if name not in runs: runs[name] = PlannedRun(name, spec)
+        if name not in runs: runs[name] = PlannedRun(name, spec, start=starts.get(spec.cpt_from))
         runs[name].experiments.add(exp)
-        if spec.cpt_from: add_run(spec.cpt_from, exp)
+        if spec.cpt_from and spec.cpt_from not in starts: add_run(spec.cpt_from, exp)
         return runs[name]
     for exp, names in experiments.items():
         for name in names:
@@ -497,13 +501,33 @@ def pretrain_params(plan: StudyPlan, run: PlannedRun, root: Path) -> dict:
              decay_steps=_scaled(plan, plan.decay_steps), out_dir=str(root), run_id=run.name, init_from=None,
              checkpoint_steps=','.join(str(_scaled(plan, s)) for s in sorted(run.keep_steps) if s < run.total_steps))
     if run.spec.cpt_from or run.init_merge:
-        p['init_from'] = str(merge_dir(root, run.init_merge) if run.init_merge else
-                             checkpoint_dir(plan, root, run.spec.cpt_from, run.spec.cpt_start))
+        p['init_from'] = (str(merge_dir(root, run.init_merge)) if run.init_merge else
+                          run.start or str(checkpoint_dir(plan, root, run.spec.cpt_from, run.spec.cpt_start)))
         p['warmup_steps'] = max(1, round(p['total_steps'] * 0.1)) if plan.step_scale != 1 else PRETRAIN.cpt_warmup_steps
         p['decay_steps'] = min(_scaled(plan, PRETRAIN.cpt_decay_steps), p['total_steps'] - p['warmup_steps'])
     if run.branch_from:
         p['resume_from'] = str(checkpoint_dir(plan, root, *run.branch_from))
     return p | plan.pretrain_overrides
+
+# %% ../nbs/04_study.ipynb #8a460a3b
+CPT_START = ('610m-clm-42k', 'MLMvsCLM/610m-clm-42k')   # the released decayed CLM model: its name, where it is
+
+def cpt_objectives_plan(start: tuple = CPT_START,          # (released name, hub id or folder) of the decayed model
+                        objectives: tuple = ('mlm', 'mntp'),  # objectives of `mlmclm.vocab.OBJECTIVES` to continue it with
+                        cpt_steps: tuple = (2000,),       # CPT lengths (E7: 2000, 12000, 22000)
+                        mask_ratio: float = 0.4,          # of the masked objectives (E7's)
+                        datasets: tuple = intermediate_datasets(),   # one per family
+                        lrs: tuple = PAPER_LRS, seeds: tuple = PAPER_SEEDS) -> StudyPlan:
+    "Continued pretraining of a released model under each of `objectives`; the start and the results fine-tuned."
+    name, source = start
+    spec = parse_run_name(name)
+    rows = [objective_of(o) for o in objectives]   # an unknown one fails here, naming the known ones
+    runs = [run_name(RunName(spec.size, (Phase(o.name, s, mask_ratio if o.masked else None),), cpt_from=name,
+                             cpt_start=spec.total_steps)) for o in rows for s in cpt_steps]
+    plan = build_plan('cpt-objectives', {'CPT-objectives': runs}, tuple(datasets), tuple(datasets), lrs, seeds,
+                      starts={name: source}, note=f'continued pretraining of {source} with ' + ' and '.join(objectives))
+    plan.evals.insert(0, EvalPoint(name, None, spec.total_steps, tuple(datasets), source=source))
+    return plan
 
 # %% ../nbs/04_study.ipynb #ff45ebc3
 def run_notebook(notebook: str,       # a launcher notebook in nbs/
@@ -847,7 +871,8 @@ def launch(plan: StudyPlan,                 # what to run (`select` a part first
 PRESETS = {'paper': paper_plan, 'paper-15120': lambda: paper_plan(intermediate='one-per-family'),
            'paper+appendix': lambda: paper_plan(appendix=True),
            'protocol-ablation': protocol_ablation_plan,
-           'precision-ablation': precision_ablation_plan, 'merging': merging_plan, 'demo': demo_plan}
+           'precision-ablation': precision_ablation_plan, 'merging': merging_plan, 'cpt-objectives': cpt_objectives_plan,
+           'demo': demo_plan}
 
 def get_plan(preset: str) -> StudyPlan:
     if preset not in PRESETS: raise ConfigError(f'unknown preset {preset!r}; choose one of {list(PRESETS)}')

@@ -15,33 +15,70 @@ from .core import ConfigError
 # %% auto #0
 __all__ = ['OBJECTIVES', 'SIZE_ORDER', 'CONTROL', 'SIZES', 'RATIOS', 'BUDGETS', 'E3_STEPS', 'CPT_STEPS', 'FULL_BUDGET',
            'FAMILIES', 'PAPER_DATASETS', 'PAPER_TASKS', 'EMBEDDED_TASKS', 'PAPER_LRS', 'PAPER_SEEDS', 'TRAIN_ON',
-           'ADAMW', 'PRETRAIN', 'FINETUNE', 'FINETUNE_OPTIONS', 'PROTOCOL_AXES', 'PROTOCOL', 'Phase', 'parse_schedule',
-           'phase_at', 'switch_steps', 'RunName', 'kilo_steps', 'run_name', 'parse_run_name', 'describe_checkpoint',
-           'paper_experiments', 'paper_checkpoints', 'paper_run_names', 'AdamW', 'PretrainRecipe', 'FinetuneRecipe',
-           'ProtocolOption', 'check_protocol_axes']
+           'ADAMW', 'PRETRAIN', 'FINETUNE', 'FINETUNE_OPTIONS', 'PROTOCOL_AXES', 'PROTOCOL', 'Objective',
+           'objective_of', 'Phase', 'parse_schedule', 'phase_at', 'switch_steps', 'RunName', 'kilo_steps', 'run_name',
+           'phase_of_label', 'parse_run_name', 'run_kind', 'describe_checkpoint', 'paper_experiments',
+           'paper_checkpoints', 'paper_run_names', 'AdamW', 'PretrainRecipe', 'FinetuneRecipe', 'ProtocolOption',
+           'check_protocol_axes']
+
+# %% ../nbs/00a_vocab.ipynb #405ae61a
+@dataclass(frozen=True)
+class Objective:
+    "One pretraining objective: what the trainer, the names, the cost model and the figures need to know of it."
+    name: str          # its spelling in schedules and run names; a masked objective adds the ratio: 'mlm40'
+    title: str         # how figures and tables write it
+    causal: bool       # causal attention, else bidirectional
+    masked: bool       # corrupts a share of the tokens (the mask ratio) and predicts only those
+    next_token: bool   # the target of position i is token i+1 (CLM, MNTP), else token i (MLM)
+    source: str        # where it comes from
+
+    def label(self, mask_ratio: float | None = None) -> str:
+        "Its spelling in phases and run names: 'clm', 'mlm40'."
+        return f'{self.name}{round(mask_ratio * 100)}' if self.masked else self.name
+
+    def head_share(self, mask_ratio: float, sparse_head: bool = True) -> float:
+        "The share of positions the LM head runs on: the masked ones under a sparse head, else all."
+        return mask_ratio if self.masked and sparse_head else 1.0
+
+    def legend(self, mask_ratio: float | None = None) -> str:
+        "How a figure's legend writes it: 'CLM', 'MLM-40'."
+        return f'{self.title}-{round(mask_ratio * 100)}' if self.masked else self.title
+
+
+OBJECTIVES = {o.name: o for o in [
+    Objective('clm', 'CLM', causal=True, masked=False, next_token=True, source='the paper (GPT-style pretraining)'),
+    Objective('mlm', 'MLM', causal=False, masked=True, next_token=False, source='the paper (BERT-style pretraining)'),
+    Objective('mntp', 'MNTP', causal=False, masked=True, next_token=True,
+              source='LLM2Vec (arXiv 2404.05961) and BidirLM (arXiv 2604.02045); not in the paper'),
+]}
+
+
+def objective_of(name: str) -> Objective:
+    "The row of `OBJECTIVES` named `name`; an unknown name is an error that lists the known ones."
+    if name not in OBJECTIVES: raise ConfigError(f'objective={name!r}; choose from {", ".join(map(repr, OBJECTIVES))}')
+    return OBJECTIVES[name]
 
 # %% ../nbs/00a_vocab.ipynb #e37d229b
-OBJECTIVES = ('clm', 'mlm')
-
 @dataclass(frozen=True)
 class Phase:
-    objective: str                   # 'clm' or 'mlm'
+    objective: str                   # a key of `OBJECTIVES`: 'clm', 'mlm', 'mntp'
     steps: int                       # optimizer steps in this phase
-    mask_ratio: float | None = None  # MLM only
+    mask_ratio: float | None = None  # masked objectives only
+
+    def __post_init__(self): objective_of(self.objective)   # an unknown objective fails here, naming the known ones
 
     @property
-    def is_causal(self) -> bool: return self.objective == 'clm'
+    def is_causal(self) -> bool: return objective_of(self.objective).causal
 
     @property
     def label(self) -> str:
-        "The released names' spelling: 'clm', 'mlm40'."
-        return 'clm' if self.objective == 'clm' else f'mlm{round(self.mask_ratio * 100)}'
+        "The released names' spelling: 'clm', 'mlm40', 'mntp40'."
+        return objective_of(self.objective).label(self.mask_ratio)
 
 
 def _named_schedule(schedule, total_steps, clm_steps, clm_fraction, mask_ratio) -> list[Phase]:
     if not total_steps: raise ConfigError(f'schedule={schedule!r} needs total_steps >= 1, got {total_steps!r}')
-    if schedule == 'mlm': return [Phase('mlm', total_steps, mask_ratio)]
-    if schedule == 'clm': return [Phase('clm', total_steps)]
+    if schedule in OBJECTIVES: return [Phase(schedule, total_steps, mask_ratio if OBJECTIVES[schedule].masked else None)]
     if (clm_steps is None) == (clm_fraction is None):
         raise ConfigError(f'schedule="biphasic" needs exactly one of clm_steps or clm_fraction '
                           f'(got clm_steps={clm_steps!r}, clm_fraction={clm_fraction!r})')
@@ -55,14 +92,15 @@ def _named_schedule(schedule, total_steps, clm_steps, clm_fraction, mask_ratio) 
 def _phase_list(schedule: str, mask_ratio: float) -> list[Phase]:
     phases = []
     for part in schedule.split(','):
-        m = re.fullmatch(r'\s*(clm|mlm)(\d{2})?\s*:\s*(\d+)\s*', part)
+        m = re.fullmatch(rf'\s*({"|".join(OBJECTIVES)})(\d{{2}})?\s*:\s*(\d+)\s*', part)
         if not m:
-            raise ConfigError(f"schedule={schedule!r}: cannot read phase {part.strip()!r}; use 'mlm', 'clm', "
-                              f"'biphasic', or phases like 'clm:10000,mlm:32000' or 'mlm30:2000'")
-        obj, ratio, steps = m.group(1), m.group(2), int(m.group(3))
-        if obj == 'clm' and ratio: raise ConfigError(f'phase {part.strip()!r}: clm takes no mask ratio')
+            raise ConfigError(f"schedule={schedule!r}: cannot read phase {part.strip()!r}; use "
+                              f"{', '.join(repr(s) for s in (*OBJECTIVES, 'biphasic'))}, or phases like "
+                              f"'clm:10000,mlm:32000' or 'mlm30:2000'")
+        obj, ratio, steps = OBJECTIVES[m.group(1)], m.group(2), int(m.group(3))
+        if ratio and not obj.masked: raise ConfigError(f'phase {part.strip()!r}: {obj.name} takes no mask ratio')
         if steps < 1: raise ConfigError(f'phase {part.strip()!r} has no steps')
-        phases.append(Phase(obj, steps, (int(ratio) / 100 if ratio else mask_ratio) if obj == 'mlm' else None))
+        phases.append(Phase(obj.name, steps, (int(ratio) / 100 if ratio else mask_ratio) if obj.masked else None))
     return phases
 
 
@@ -73,7 +111,7 @@ def _check_mask_ratio(ratio: float) -> None:
                           f'rarer mask leaves batches with no masked token to predict')
 
 
-def parse_schedule(schedule: str,                     # 'mlm', 'clm', 'biphasic', or 'clm:10000,mlm40:32000'
+def parse_schedule(schedule: str,                     # an objective ('mlm', 'clm', 'mntp'), 'biphasic', or 'clm:10000,mlm40:32000'
                    total_steps: int | None = None,    # the budget (required for the named schedules)
                    clm_steps: int | None = None,      # biphasic: CLM steps before the switch
                    clm_fraction: float | None = None, # biphasic: CLM share of the budget instead
@@ -81,7 +119,7 @@ def parse_schedule(schedule: str,                     # 'mlm', 'clm', 'biphasic'
                   ) -> list[Phase]:
     "The phases of a schedule, checked against the budget."
     _check_mask_ratio(mask_ratio)
-    if schedule in ('mlm', 'clm', 'biphasic'):
+    if schedule in (*OBJECTIVES, 'biphasic'):
         phases = _named_schedule(schedule, total_steps, clm_steps, clm_fraction, mask_ratio)
     else:
         phases = _phase_list(str(schedule), mask_ratio)
@@ -89,7 +127,7 @@ def parse_schedule(schedule: str,                     # 'mlm', 'clm', 'biphasic'
             raise ConfigError(f'schedule={schedule!r} has {sum(p.steps for p in phases)} steps but '
                               f'total_steps={total_steps}')
     for p in phases:
-        if p.objective == 'mlm': _check_mask_ratio(p.mask_ratio)
+        if OBJECTIVES[p.objective].masked: _check_mask_ratio(p.mask_ratio)
     return phases
 
 
@@ -122,11 +160,11 @@ class RunName:
     def schedule(self) -> str: return ','.join(f'{p.label}:{p.steps}' for p in self.phases)
 
     @property
-    def clm_steps(self) -> int: return sum(p.steps for p in self.phases if p.objective == 'clm')
+    def clm_steps(self) -> int: return sum(p.steps for p in self.phases if p.is_causal)
 
     @property
     def mask_ratio(self) -> float | None:
-        ratios = {p.mask_ratio for p in self.phases if p.objective == 'mlm'}
+        ratios = {p.mask_ratio for p in self.phases if OBJECTIVES[p.objective].masked}
         return ratios.pop() if len(ratios) == 1 else None
 
 
@@ -148,7 +186,19 @@ def run_name(run: RunName) -> str:
     return name if run.checkpoint_step is None else f'{name}-{run.checkpoint_step}'
 
 
-_TOKEN = re.compile(r'(clm|mlm\d{2})-(\d+)k')
+def _labels() -> str:
+    "The phase labels the table allows, as a regular expression: 'clm|mlm\\d{2}|mntp\\d{2}' (read at each call)."
+    return '|'.join(o.name + (r'\d{2}' if o.masked else '') for o in OBJECTIVES.values())
+
+
+def phase_of_label(label: str,  # a released phase label: 'clm', 'mlm40', 'mntp30'
+                   steps: int,
+                  ) -> Phase:
+    "The phase a label spells, trained for `steps` steps (the inverse of `Phase.label`)."
+    m = re.fullmatch(r'([a-z]+)(\d{2})?', label)
+    obj = objective_of(m.group(1) if m else label)
+    if obj.masked != bool(m.group(2)): raise ValueError(f'phase label {label!r}: expected {obj.label(0.4)!r}-like')
+    return Phase(obj.name, steps, int(m.group(2)) / 100 if obj.masked else None)
 
 def parse_run_name(name: str) -> RunName:
     "The size, phases, CPT origin and checkpoint step encoded in a released model name."
@@ -156,28 +206,35 @@ def parse_run_name(name: str) -> RunName:
     if not m: raise ValueError(f'cannot parse run name {name!r}: expected e.g. "610m-clm-10k-mlm40-42k"')
     size, rest, ckpt = m.group('size'), m.group('rest'), m.group('ckpt')
     cpt_from, start = None, 0
-    if dec := re.fullmatch(r'(clm|mlm\d{2})-dec(\d+)k-(.+)', rest):
+    if dec := re.fullmatch(rf'({_labels()})-dec(\d+)k-(.+)', rest):
         start, cpt_from, rest = int(dec.group(2)) * 1000, f'{size}-{dec.group(1)}-{dec.group(2)}k', dec.group(3)
     tokens = rest.split('-')
     if len(tokens) % 2: raise ValueError(f'cannot parse run name {name!r}: phases come as "<objective>-<N>k" pairs')
     phases, prev = [], start
     for obj, end in zip(tokens[::2], tokens[1::2]):
-        if not _TOKEN.fullmatch(f'{obj}-{end}'):
-            raise ValueError(f'cannot parse run name {name!r}: {obj}-{end!r} is not "<clm|mlmNN>-<N>k"')
+        if not re.fullmatch(rf'({_labels()})-(\d+)k', f'{obj}-{end}'):
+            raise ValueError(f'cannot parse run name {name!r}: {obj}-{end!r} is not "<{_labels()}>-<N>k"')
         end = int(end[:-1]) * 1000
         if end <= prev: raise ValueError(f'cannot parse run name {name!r}: phase ends must increase')
-        phases.append(Phase('clm', end - prev) if obj == 'clm' else Phase('mlm', end - prev, int(obj[3:]) / 100))
+        phases.append(phase_of_label(obj, end - prev))
         prev = end
     return RunName(size, tuple(phases), cpt_from, start, int(ckpt) if ckpt else None)
 
 # %% ../nbs/00a_vocab.ipynb #ec385b7c
 SIZE_ORDER = ['tiny', '210m', '610m', '1b', '1.2b']   # '1.2b': the earlier reading of 1b (`mlmclm.sizes`), not a paper size
 
+def run_kind(phases,          # the phases trained (after the CPT start, if any)
+             cpt: bool = False,  # continued from a decayed checkpoint
+            ) -> str:
+    "'cpt', the one objective trained ('clm', 'mlm', 'mntp'), or 'biphasic' where phases switch objectives."
+    objectives = {p.objective for p in phases}
+    return 'cpt' if cpt else objectives.pop() if len(objectives) == 1 else 'biphasic'
+
 def describe_checkpoint(name: str) -> dict:
     "Pretraining metadata of a checkpoint, from its released name."
     r = parse_run_name(name)
     total = sum(p.steps for p in r.phases)
-    kind = 'cpt' if r.cpt_from else 'clm' if r.clm_steps == total else 'mlm' if r.clm_steps == 0 else 'biphasic'
+    kind = run_kind(r.phases, bool(r.cpt_from))
     return dict(checkpoint=name, size=r.size, kind=kind, condition=name.split('-', 1)[1],
                 mask_ratio=r.mask_ratio if r.mask_ratio is not None else float('nan'),
                 clm_steps=r.clm_steps, budget=r.total_steps,
