@@ -55,6 +55,7 @@ def _other_value(f):
     "A value of field `f` that is allowed and differs from its default."
     m, d = f.metadata, f.default
     if m.get('choices'): return next(c for c in m['choices'] if c != d)
+    if f.name == 'log_with': return 'mlflow'   # a tracker's name (checked against accelerate's, and installed: a dev requirement)
     if isinstance(d, bool): return not d
     if f.type == 'bool | None': return True
     if f.type in ('int', 'int | None'): return (m.get('low') or 0) + 3 if d is None else d + 1
