@@ -134,7 +134,7 @@ def directions_summary() -> str:
     "The directions table of the demo in words: per comparison, each family's verdict."
     from mlmclm.figures import directions, split_control
     from mlmclm.paper_runs import paper_rows, reported_scores
-    from mlmclm.results import protocol_cell, seed_family_scores
+    from mlmclm.aggregation import protocol_cell, seed_family_scores
     table = directions(seed_family_scores(protocol_cell(paper_rows(split_control(_demo_results())[0]))), reported_scores(), 'tiny')
     return '. '.join(f'{name}: ' + '; '.join(f'{r.family} {r.verdict}' for r in g.itertuples())
                      for name, g in table.groupby('comparison', sort=False))

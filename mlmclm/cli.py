@@ -19,7 +19,7 @@ COMMANDS = {
     'status': ('mlmclm.study', ['status'], 'done / running / stale / to-do per experiment of a study folder'),
     'slurm': ('mlmclm.study', ['slurm'], 'submit the fine-tuning grid (or the pretraining runs) to Slurm'),
     'figures': ('mlmclm.figures', [], 'every figure and table from a results store'),
-    'results': ('mlmclm.results', [], 'health or compact a results store; `results rank`: rank clusters per dataset'),
+    'results': ('mlmclm.compaction', [], 'health or compact a results store; `results rank`: rank clusters per dataset'),
     'paper-runs': ('mlmclm.paper_runs', [], "import the authors' published runs into a results store"),
     'bench': ('mlmclm.bench', [], "throughput against Hugging Face's Llama, or fine-tuning against transformers.Trainer"),
     'pretrain': ('mlmclm.pretrain', [], 'one pretraining run from key=value settings, or the demo schedules'),

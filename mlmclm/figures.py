@@ -23,9 +23,9 @@ from .vocab import (ADAMW, CONTROL, FAMILIES, FULL_BUDGET, PAPER_TASKS, PRETRAIN
                           OBJECTIVES, Phase, RunName, describe_checkpoint, parse_run_name, phase_of_label, run_kind)
 from .runs import shard_dir
 from .sizes import flops_per_token, model_config
-from .results import (DEFAULT_SELECTION, FAMILY_SCORE_COLUMNS, PROTOCOL_AXES, RESULT_COLUMNS, SELECTIONS, aggregate,
-                            diff_interval, family_scores, lr_curve, protocol_cell, protocol_cells, read_results, seed_family_scores,
-                            tidy_results)
+from .results import PROTOCOL_AXES, RESULT_COLUMNS, read_results, tidy_results
+from .aggregation import (DEFAULT_SELECTION, FAMILY_SCORE_COLUMNS, SELECTIONS, aggregate, diff_interval, family_scores,
+                                lr_curve, protocol_cell, protocol_cells, seed_family_scores)
 from .paper_runs import paper_rows, reported_scores
 
 # %% auto #0

@@ -17,8 +17,9 @@ import pandas as pd
 from .core import ConfigError, assets_dir
 from .vocab import FAMILIES, OBJECTIVES, PAPER_DATASETS, describe_checkpoint, objective_of, parse_run_name
 from .tasks import TASKS
-from .results import (DEFAULT_SELECTION, SELECTIONS, StoreWriter, check_store_path, code_version, counted,
-                            current_rows, family_scores, load_results, protocol_cell, read_rows, row_problem, run_key)
+from .results import (StoreWriter, check_store_path, code_version, current_rows, load_results, read_rows,
+                            row_problem, run_key)
+from .aggregation import DEFAULT_SELECTION, SELECTIONS, counted, family_scores, protocol_cell
 
 # %% auto #0
 __all__ = ['RUN_DIR', 'KNOWN_DATASETS', 'IMPORT_BATCH', 'reported_scores', 'in_paper', 'parse_result_path', 'read_result_file',

@@ -22,8 +22,9 @@ from scipy import stats
 from .core import ConfigError, atomic_path
 from .vocab import FAMILIES, PAPER_TASKS, PROTOCOL_AXES
 from .runs import run_key, shard_dir
-from .results import (DEFAULT_SELECTION, SELECTIONS, bootstrap_intervals, diff_interval, load_results,
-                            protocol_cell, protocol_cells, read_examples, select_lr, t_interval)
+from .results import load_results, read_examples
+from .aggregation import (DEFAULT_SELECTION, SELECTIONS, bootstrap_intervals, diff_interval, protocol_cell,
+                                protocol_cells, select_lr, t_interval)
 
 # %% auto #0
 __all__ = ['H2H_COLUMNS', 'RANK_COLUMNS', 'UNPAIRED', 'DATASET_RANK_COLUMNS', 'FAMILY_RANK_COLUMNS', 'RC', 'RankConfig',

@@ -14,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mlmclm.tasks import CONLL_TAGS, TASK_SPLITS, UNER_TAGS
+from mlmclm.tasks import CONLL_TAGS, UNER_TAGS
+from mlmclm.task_data import TASK_SPLITS
 
 
 def fake_hub(tables: dict) -> Callable:

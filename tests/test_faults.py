@@ -30,6 +30,8 @@ import mlmclm.finetune as ft
 import mlmclm.paper_runs as pr
 from fake_encodeval import write_fixture_tree
 import mlmclm.results as res
+import mlmclm.compaction as comp
+import mlmclm.aggregation as aggr
 from mlmclm.core import ConfigError, WriteError, build_config, project_root
 from mlmclm.results import load_results, read_rows, run_key
 from mlmclm.runs import FinetuneRun, claim_work, work_claim_path
@@ -211,12 +213,12 @@ def test_compaction_while_writers_run_loses_nothing(tmp_path, worker):
     while any(p.poll() is None for p in procs):
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')
-            res.compact(store); compactions += 1
+            comp.compact(store); compactions += 1
         time.sleep(0.02)
     for p in procs:
         out, err = p.communicate()
         assert p.returncode == 0, err[-3000:]
-    res.compact(store)
+    comp.compact(store)
     assert compactions >= 2
     keys = {run_key(dict(checkpoint_name=f'ck{u % 2}', dataset='sst2', lr=1e-4, seed=u)) for u in range(60)}
     assert_each_once(store, keys)
@@ -229,12 +231,12 @@ def test_a_compaction_killed_midway_loses_nothing_and_the_next_one_finishes(tmp_
     for r in rows:
         with res.StoreWriter(store) as w: w.append([dict(r, test_scores_i=[1, 0])])
     def killed(*a, **k): raise KeyboardInterrupt('killed after moving the shards')
-    monkeypatch.setattr(res, '_merge', killed)
-    with pytest.raises(KeyboardInterrupt): res.compact(store)
+    monkeypatch.setattr(comp, '_merge', killed)
+    with pytest.raises(KeyboardInterrupt): comp.compact(store)
     assert len(list((store.with_suffix('.d')/'compacting').glob('*.jsonl'))) == 12   # moved, not yet merged
     assert len(load_results(store)) == 6 and len(res.read_examples(store)) == 6       # readers still see them all
     monkeypatch.undo()
-    res.compact(store)                                          # the compact claim of the "killed" one was released
+    comp.compact(store)                                          # the compact claim of the "killed" one was released
     assert len(load_results(store)) == 6 and len(res.read_examples(store)) == 6
     assert max(stored(store).values()) == 1
 
@@ -376,14 +378,14 @@ def test_a_reader_whose_listing_a_compaction_overtook_reads_again_and_misses_not
     store = tmp_path/'results.jsonl'
     row = dict(checkpoint_name='m', dataset='sst2', family='SC', lr=1e-4, seed=0, val_score=.5, test_score=.5)
     with res.StoreWriter(store) as w: w.append([row])
-    stale = res._row_files(store)                               # listed before the compaction moved the shard
+    stale = res.row_files(store)                               # listed before the compaction moved the shard
     def killed(*a, **k): raise KeyboardInterrupt('killed after moving the shards')
-    monkeypatch.setattr(res, '_merge', killed)
-    with pytest.raises(KeyboardInterrupt): res.compact(store)
+    monkeypatch.setattr(comp, '_merge', killed)
+    with pytest.raises(KeyboardInterrupt): comp.compact(store)
     monkeypatch.undo()
     listings = [stale]
-    real = res._row_files
-    monkeypatch.setattr(res, '_row_files', lambda s: listings.pop() if listings else real(s))
+    real = res.row_files
+    monkeypatch.setattr(res, 'row_files', lambda s: listings.pop() if listings else real(s))
     assert [r['seed'] for r in read_rows(store)] == [0]
 
 
@@ -405,12 +407,12 @@ def test_compact_keeps_the_validation_and_test_scores_of_every_run(tmp_path):
     pr.import_tree(tmp_path/'E', store, progress=False)
     before = {s: res.read_examples(store, s) for s in ('val', 'test')}
     assert len(before['val']) == len(before['test']) == 48
-    res.compact(store)
+    comp.compact(store)
     after = {s: res.read_examples(store, s) for s in ('val', 'test')}
     for s in before:
         assert sorted(after[s]) == sorted(before[s]), s
         assert all(np.array_equal(after[s][k], before[s][k]) for k in before[s]), s
-    boot = res.bootstrap_intervals(load_results(store), after['test'])
+    boot = aggr.bootstrap_intervals(load_results(store), after['test'])
     assert boot.boot_low.notna().all()
 
 
@@ -420,15 +422,15 @@ import os, signal, sys
 from contextlib import contextmanager
 import mlmclm.core as core
 core.HOST = 'frozen-host'                 # its claim looks like another host's: the lease decides when it is stale
-import mlmclm.results as res
-real_claim, real_atomic, frozen = res.claim, res.atomic_path, []
-res.claim = lambda path, lease_s=1800.0, note='': real_claim(path, lease_s=1, note=note)
+import mlmclm.compaction as comp
+real_claim, real_atomic, frozen = comp.claim, comp.atomic_path, []
+comp.claim = lambda path, lease_s=1800.0, note='': real_claim(path, lease_s=1, note=note)
 @contextmanager
 def freezing(path, *a, **k):              # frozen (SIGSTOP) after reading everything, before writing the main file
     if not frozen: frozen.append(path); os.kill(os.getpid(), signal.SIGSTOP)
     with real_atomic(path, *a, **k) as tmp: yield tmp
-res.atomic_path = freezing
-res.compact(sys.argv[1])
+comp.atomic_path = freezing
+comp.compact(sys.argv[1])
 '''
 
 
@@ -451,9 +453,9 @@ def test_a_compaction_frozen_past_its_lease_does_not_overwrite_the_one_that_took
         for s in range(10, 15):
             with res.StoreWriter(store) as w: w.append([row(seed=s)])
         time.sleep(1.5)                                         # its claim (lease 1 s) is stale now
-        real_claim = res.claim
-        monkeypatch.setattr(res, 'claim', lambda path, lease_s=1800.0, note='': real_claim(path, lease_s=1, note=note))
-        res.compact(store)                                      # takes over and merges all 15 rows
+        real_claim = comp.claim
+        monkeypatch.setattr(comp, 'claim', lambda path, lease_s=1800.0, note='': real_claim(path, lease_s=1, note=note))
+        comp.compact(store)                                      # takes over and merges all 15 rows
         monkeypatch.undo()
         assert sorted(load_results(store).seed) == list(range(15))
     finally:
@@ -461,7 +463,7 @@ def test_a_compaction_frozen_past_its_lease_does_not_overwrite_the_one_that_took
     out, err = p.communicate(timeout=120)
     assert sorted(load_results(store).seed) == list(range(15)), err[-2000:]
     assert p.returncode != 0 and 'lost its claim' in err, err[-2000:]
-    res.compact(store)
+    comp.compact(store)
     assert sorted(load_results(store).seed) == list(range(15))
     assert max(stored(store).values()) == 1
 
@@ -478,10 +480,10 @@ def test_rows_appended_to_the_main_file_while_compact_runs_are_kept(tmp_path, mo
         return real(src, dst, *a, **k)
     monkeypatch.setattr(os, 'replace', appended_meanwhile)
     with pytest.warns(UserWarning, match='appended to .*results.jsonl directly'):
-        res.compact(store)
+        comp.compact(store)
     monkeypatch.undo()
     assert sorted(load_results(store).seed) == [0, 1, 2]
-    res.compact(store)
+    comp.compact(store)
     assert sorted(load_results(store).seed) == [0, 1, 2] and max(stored(store).values()) == 1
     assert list(store.with_suffix('.d').glob('*.jsonl')) == []
 
@@ -504,9 +506,9 @@ def test_an_earlier_release_appending_to_the_main_file_loses_nothing_to_compacti
     compactions = 0
     while p.poll() is None:
         with res.StoreWriter(store) as w: w.append([row(ck='new', seed=compactions)])
-        quietly(res.compact, store); compactions += 1
+        quietly(comp.compact, store); compactions += 1
     assert p.wait() == 0 and compactions >= 12
-    quietly(res.compact, store)
+    quietly(comp.compact, store)
     assert len(load_results(store).query("checkpoint_name == 'old'")) == 400
     assert len(load_results(store).query("checkpoint_name == 'new'")) == compactions
 
@@ -521,11 +523,11 @@ def test_a_key_beginning_with_an_underscore_is_refused_at_write_and_never_taken_
     append_jsonl(store, row(seed=1, _note='an older writer'))   # rows, not headers: only {'_writer': ..} and
     append_jsonl(store, row(seed=2, _closed='no'))              # {'_closed': ..} alone on their line are headers
     assert sorted(load_results(store).seed) == [0, 1, 2]
-    res.compact(store)
+    comp.compact(store)
     assert sorted(load_results(store).seed) == [0, 1, 2]
     shard = store.with_suffix('.d')/'x.jsonl'                   # a row with a `_closed` key does not close a shard
     shard.write_text(json.dumps({'_writer': dict(host=res.HOST, pid=os.getpid())}) + '\n' + json.dumps(row(seed=3, _closed=1)) + '\n')
-    assert res.shard_state(shard) == 'open'
+    assert comp.shard_state(shard) == 'open'
 
 
 # ---------------------------------------------------------------- 27.10: forced re-runs and clock skew
@@ -542,7 +544,7 @@ def test_forced_re_runs_are_ordered_by_the_store_not_by_clocks(tmp_path, monkeyp
         assert res.current_rows(read_rows(store))[key]['test_score'] == .3
         run = FinetuneRun(row()['checkpoint_name'], row()['dataset'], (row()['dataset'],), row()['lr'], row()['seed'])
         assert not res.missing(store, [run], force='fix B') and res.missing(store, [run], force='fix A')
-        res.compact(store)
+        comp.compact(store)
 
 
 # ---------------------------------------------------------------- 27.11: a symlinked store
@@ -554,18 +556,18 @@ def test_a_symlinked_store_is_one_store(tmp_path):
     with res.StoreWriter(real) as w: w.append([row(seed=1)])
     assert not (tmp_path/'mine'/'results.d').exists()
     assert sorted(load_results(link).seed) == sorted(load_results(real).seed) == [0, 1]
-    res.compact(link)
+    comp.compact(link)
     assert link.is_symlink() and sorted(load_results(real).seed) == [0, 1]
     assert list(res.read_examples(link)) == list(res.read_examples(real)) == [run_key(row(seed=0))]
-    assert res.store_health(link)['runs'] == 2
+    assert comp.store_health(link)['runs'] == 2
 
 
 # ---------------------------------------------------------------- 27.15: duplicates are not seeds
 def test_mean_selection_counts_a_run_stored_twice_once():
     import pandas as pd
     runs = pd.DataFrame([row(lr=lr, seed=s, val=.5 + .1 * (lr > 1e-5), test=.5 + .1 * s) for lr in (1e-5, 1e-4) for s in range(3)])
-    for sel in res.SELECTIONS:
-        once, twice = res.aggregate(runs, sel), res.aggregate(pd.concat([runs, runs.iloc[:4]]), sel)
+    for sel in aggr.SELECTIONS:
+        once, twice = aggr.aggregate(runs, sel), aggr.aggregate(pd.concat([runs, runs.iloc[:4]]), sel)
         assert twice.n_seeds.item() == 3, sel
         assert np.allclose(twice[['score', 'ci_low', 'ci_high']], once[['score', 'ci_low', 'ci_high']]), sel
 
@@ -578,8 +580,8 @@ def test_a_row_whose_written_at_is_a_number_is_skipped_and_named(tmp_path):
     append_jsonl(store, dict(row(seed=1), written_at=1700000000.5))
     with pytest.warns(UserWarning, match='line 1: written_at=1700000000.5 is not a time'):
         assert load_results(store).seed.tolist() == [0]
-    assert quietly(res.store_health, store)['unreadable'] == {str(store): 1}
-    quietly(res.compact, store)
+    assert quietly(comp.store_health, store)['unreadable'] == {str(store): 1}
+    quietly(comp.compact, store)
     assert load_results(store).seed.tolist() == [0]
 
 
@@ -590,9 +592,9 @@ def test_a_dangling_symlink_among_the_shards_is_named(tmp_path):
     gone.symlink_to(tmp_path/'nowhere.jsonl')
     with pytest.warns(UserWarning, match=r'gone\.jsonl: skipped .*a symbolic link to .*nowhere\.jsonl, which does not exist'):
         assert load_results(store).seed.tolist() == [0]
-    assert quietly(res.compact, store)['shards'] == 1
+    assert quietly(comp.compact, store)['shards'] == 1
     assert quietly(load_results, store).seed.tolist() == [0] and gone.is_symlink()
-    assert 'gone.jsonl' in res.describe_health(quietly(res.store_health, store))
+    assert 'gone.jsonl' in comp.describe_health(quietly(comp.store_health, store))
 
 
 def test_a_shard_whose_file_name_is_not_utf8_is_compacted(tmp_path):
@@ -602,8 +604,8 @@ def test_a_shard_whose_file_name_is_not_utf8_is_compacted(tmp_path):
     shard = next(d.glob('*.jsonl'))
     with open(shard, 'a') as f: f.write('garbage\n')
     os.rename(shard, os.fsencode(d) + b'/bad\xff.jsonl')
-    assert quietly(res.compact, store)['rejected'] == 1
-    assert quietly(res.compact, store)['rejected'] == 0        # the next one too
+    assert quietly(comp.compact, store)['rejected'] == 1
+    assert quietly(comp.compact, store)['rejected'] == 0        # the next one too
     assert list((d/'compacting').iterdir()) == [] and load_results(store).seed.tolist() == [0]
     assert r'bad\xff.jsonl' in next(d.glob('rejected-*.txt')).read_text()
 
@@ -615,7 +617,7 @@ def test_a_claim_whose_lease_is_not_a_number_is_read(tmp_path, lease):
     c = store.with_suffix('.d')/'claims'/'x.claim'; c.parent.mkdir(parents=True)
     c.write_text(json.dumps(dict(host='elsewhere', pid=5, lease_s=lease)))
     assert core.claim_state(c, 60)[0] == 'running'              # fresh: the caller's lease applies
-    assert res.store_health(store)['claims'] == {'running': 1}
+    assert comp.store_health(store)['claims'] == {'running': 1}
     os.utime(c, (time.time() - 120, time.time() - 120))
     assert core.claim_state(c, 60)[0] == 'stale'
     held = core.try_claim(c, 60)
@@ -689,9 +691,9 @@ def test_rows_outside_the_papers_families_count_in_no_aggregation(tmp_path):
     every = load_results(store)
     paper = every[every.dataset != 'qed']
     assert len(every) == len(paper) + 6
-    for f in (res.aggregate, res.seed_family_scores, res.family_scores, res.lr_curve, res.lr_sensitivity,
-              lambda r: res.bootstrap_intervals(r, res.read_examples(store))):
+    for f in (aggr.aggregate, aggr.seed_family_scores, aggr.family_scores, aggr.lr_curve, aggr.lr_sensitivity,
+              lambda r: aggr.bootstrap_intervals(r, res.read_examples(store))):
         pd.testing.assert_frame_equal(f(every).reset_index(drop=True), f(paper).reset_index(drop=True))
     assert res.tidy_results(every).in_paper.eq(False).sum() == 6   # the tidy table keeps the flag for the figures
     tidy = tmp_path/'results.csv'; res.tidy_results(every).to_csv(tidy, index=False)
-    pd.testing.assert_frame_equal(res.family_scores(res.read_results(tidy)), res.family_scores(paper))
+    pd.testing.assert_frame_equal(aggr.family_scores(res.read_results(tidy)), aggr.family_scores(paper))

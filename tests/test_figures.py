@@ -311,7 +311,7 @@ def test_a_demo_study_folder_gives_final_pretraining_losses_beside_the_unigram_e
 
 def _control_margins(results: pd.DataFrame) -> pd.DataFrame:
     "Per family: the control's score and seed spread, and the best pretrained model's score and seed spread (percent)."
-    from mlmclm.results import seed_family_scores
+    from mlmclm.aggregation import seed_family_scores
     per_seed = seed_family_scores(results, 'per_seed')
     per_seed = per_seed[~per_seed.checkpoint.str.fullmatch(r'tiny-.*-\d+k-\d+')]   # final models and the control only
     g = per_seed.groupby(['family', 'checkpoint']).test_score.agg(['mean', lambda s: s.max() - s.min()]) * 100

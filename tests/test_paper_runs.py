@@ -15,7 +15,7 @@ from mlmclm.figures import render_all
 from mlmclm.results import load_results
 from mlmclm.paper_runs import compare_with_paper, import_tree, reported_scores
 from fake_encodeval import write_fixture_tree
-from mlmclm.results import DEFAULT_SELECTION, family_scores
+from mlmclm.aggregation import DEFAULT_SELECTION, family_scores
 from mlmclm.vocab import paper_checkpoints, parse_run_name, paper_run_names, run_name
 from mlmclm.study import paper_plan
 

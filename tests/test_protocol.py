@@ -38,7 +38,7 @@ def test_table_1_is_written_from_the_same_constants():
     from mlmclm.figures import hyperparameter_table
     table = hyperparameter_table()
     finetuning = dict(zip(table[table.stage == 'fine-tuning'].setting, table[table.stage == 'fine-tuning'].value))
-    from mlmclm.results import SELECTIONS, DEFAULT_SELECTION
+    from mlmclm.aggregation import SELECTIONS, DEFAULT_SELECTION
     # the selection row is the aggregation's own default rule, so the table and the numbers cannot disagree
     assert finetuning == {**PROTOCOL, 'selection': SELECTIONS[DEFAULT_SELECTION]}
     assert PROTOCOL['weights tested'] == str(FINETUNE_OPTIONS['select_step'])

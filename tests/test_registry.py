@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 
 import mlmclm.figures as figures
-from mlmclm import study, tasks
+from mlmclm import study, task_data, tasks
 from mlmclm.core import ConfigError, atomic_write_json, project_root
 from mlmclm.figures import FIGURES, FigureSpec, read_results, render_all
 from mlmclm.paper_runs import in_paper, paper_rows
-from mlmclm.results import family_scores
+from mlmclm.aggregation import family_scores
 from mlmclm.vocab import EMBEDDED_TASKS
 
 DEMO = project_root()/'figures'/'demo'
@@ -54,7 +54,7 @@ def _rows(datasets):
 
 def test_a_new_sc_dataset_joins_the_sc_mean_only_when_the_task_table_says_so(monkeypatch):
     rows = _rows([('sst2', .8), ('my_sc', .2)])
-    monkeypatch.setitem(tasks.TASKS, 'my_sc', tasks.Task('my_sc', 'SC', 'sequence', tasks.embedded_sentiment))
+    monkeypatch.setitem(tasks.TASKS, 'my_sc', tasks.Task('my_sc', 'SC', 'sequence', task_data.embedded_sentiment))
     assert family_scores(paper_rows(rows)).score.tolist() == pytest.approx([.8])       # registered, not in_paper
     monkeypatch.setitem(tasks.TASKS, 'my_sc', dataclasses.replace(tasks.TASKS['my_sc'], in_paper=True))
     assert family_scores(paper_rows(rows)).score.tolist() == pytest.approx([.5])       # now it counts

@@ -9,6 +9,8 @@ import pytest
 
 import mlmclm.finetune as ft
 import mlmclm.results as res
+import mlmclm.compaction as comp
+import mlmclm.aggregation as aggr
 from mlmclm.core import ConfigError, append_jsonl
 from mlmclm.runs import PretrainRun
 from mlmclm.results import load_results, read_examples, read_rows
@@ -40,7 +42,7 @@ def test_per_example_scores_of_a_sweep_go_to_the_sidecar(tmp_path, monkeypatch):
     assert not any(k.endswith('_scores_i') for k in row)       # the main table stays small
     key = res.run_key(row)
     assert read_examples(store)[key].tolist() == [0, 1, 1] and read_examples(store, 'val')[key].tolist() == [1, 0]
-    boot = res.bootstrap_intervals(load_results(store), read_examples(store), n_boot=50)
+    boot = aggr.bootstrap_intervals(load_results(store), read_examples(store), n_boot=50)
     assert len(boot) == 1 and boot.score.item() == pytest.approx(2 / 3)
 
 
@@ -81,15 +83,15 @@ def test_health_and_compact_commands(tmp_path, capsys):
     with open(store, 'a') as f: f.write('{"checkpoint_name": "m"}\n')
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        res.main(['health', str(store)])
+        comp.main(['health', str(store)])
         out = capsys.readouterr().out
         assert 'runs 2 from 3 complete rows (1 duplicates counted once' in out and 'shards: 3 closed' in out
         assert 'results.jsonl: 1' in out
-        res.main(['compact', str(store)])
+        comp.main(['compact', str(store)])
         assert "'shards': 3, 'rows': 3, 'rejected': 1" in capsys.readouterr().out
-        res.main(['health', str(store)])
+        comp.main(['health', str(store)])
         assert 'shards: none' in capsys.readouterr().out
-    with pytest.raises(SystemExit): res.main(['compact', str(tmp_path/'r.csv')])
+    with pytest.raises(SystemExit): comp.main(['compact', str(tmp_path/'r.csv')])
     assert "names a CSV table" in capsys.readouterr().err
 
 

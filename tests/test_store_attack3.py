@@ -17,6 +17,8 @@ import pytest
 
 import mlmclm.finetune as ft
 import mlmclm.results as res
+import mlmclm.compaction as comp
+import mlmclm.aggregation as aggr
 from mlmclm import core
 from mlmclm.core import ConfigError, UnreadableFile, build_config, notebook_config, read_shared, try_claim
 from mlmclm.runs import FinetuneConfig, FinetuneRun, PretrainConfig, row_cell, run_key, sweep_settings, work_claim_path
@@ -49,21 +51,21 @@ def test_sources_stay_apart_in_every_aggregation(tmp_path, authors_first):
     theirs = [dict(BASE, seed=k, val_score=.1, test_score=.1, source='authors') for k in range(5)]
     for rows in ((theirs, ours) if authors_first else (ours, theirs)): _write(store, rows)
     df = res.load_results(store)
-    fam = res.family_scores(df).set_index('source')
+    fam = aggr.family_scores(df).set_index('source')
     assert fam.loc['ours', 'score'] == pytest.approx(.9) and fam.loc['ours', 'n_seeds'] == 3
     assert fam.loc['authors', 'score'] == pytest.approx(.1) and fam.loc['authors', 'n_seeds'] == 5
-    agg = res.aggregate(df).set_index('source')
+    agg = aggr.aggregate(df).set_index('source')
     assert agg.n_seeds.to_dict() == {'authors': 5, 'ours': 3}
     tidy = res.tidy_results(df)
     assert len(tidy) == 8 and sorted(tidy.source) == ['authors'] * 5 + ['ours'] * 3
     assert len(res.unique_runs(df)) == 8
-    assert sorted(res.select_lr(df, 'mean').groupby('source').size().items()) == [('authors', 5), ('ours', 3)]
-    curve = res.lr_curve(df).set_index('source').score
+    assert sorted(aggr.select_lr(df, 'mean').groupby('source').size().items()) == [('authors', 5), ('ours', 3)]
+    curve = aggr.lr_curve(df).set_index('source').score
     assert curve.to_dict() == pytest.approx({'authors': .1, 'ours': .9})
-    assert set(res.lr_sensitivity(df).source) == {'authors', 'ours'}
+    assert set(aggr.lr_sensitivity(df).source) == {'authors', 'ours'}
     # the tidy table read back (what figures read) keeps them apart too
     tidy.to_csv(tmp_path/'results.csv', index=False)
-    back = res.family_scores(res.read_results(tmp_path/'results.csv')).set_index('source')
+    back = aggr.family_scores(res.read_results(tmp_path/'results.csv')).set_index('source')
     assert back.n_seeds.to_dict() == {'authors': 5, 'ours': 3}
 
 
@@ -102,14 +104,14 @@ def test_rows_of_other_settings_never_merge_in_aggregations():
     rows = [dict(BASE, seed=k, val_score=.5, test_score=.5, batch_size=8, max_steps=200, max_length=128) for k in range(3)]
     rows += [dict(BASE, seed=k, val_score=.9, test_score=.9, batch_size=8, max_steps=30, max_length=128) for k in range(3, 5)]
     df = pd.DataFrame(rows)
-    fam = res.family_scores(df).set_index('cell')
+    fam = aggr.family_scores(df).set_index('cell')
     assert fam.score.to_dict() == pytest.approx({'max_steps=200': .5, 'max_steps=30': .9})
     assert fam.n_seeds.to_dict() == {'max_steps=200': 3, 'max_steps=30': 2}
-    assert len(res.aggregate(df)) == 2 and len(res.lr_curve(df)) == 2
+    assert len(aggr.aggregate(df)) == 2 and len(aggr.lr_curve(df)) == 2
     tidy = res.tidy_results(df)
     assert 'max_steps' in tidy and 'batch_size' not in tidy         # the setting they differ in stays a column
     one = pd.DataFrame(rows[:3])                                    # one cell: the tables as before, cell ''
-    assert res.family_scores(one).cell.tolist() == [''] and list(res.tidy_results(one).columns) == res.RESULT_COLUMNS
+    assert aggr.family_scores(one).cell.tolist() == [''] and list(res.tidy_results(one).columns) == res.RESULT_COLUMNS
 
 
 def test_older_rows_get_the_settings_they_ran_with(tmp_path):
@@ -122,7 +124,7 @@ def test_older_rows_get_the_settings_they_ran_with(tmp_path):
     old, mid = res.read_rows(store)
     assert (row_cell(old)['select_step'], row_cell(old)['packing'], row_cell(old)['max_steps']) == ('best', False, 'unknown')
     assert (row_cell(mid)['select_step'], row_cell(mid)['precision_used'], row_cell(mid)['packing']) == ('final', 'fp32', False)
-    fam = res.family_scores(res.load_results(store))
+    fam = aggr.family_scores(res.load_results(store))
     assert len(fam) == 2 and fam.n_seeds.tolist() == [1, 1]        # the two protocols are not one model's two seeds
     run = FinetuneRun('610m-clm-42k', 'sst2', ('sst2',), 1e-5, 0)
     asked = sweep_settings(FinetuneConfig(), 2028)
@@ -134,7 +136,7 @@ def test_older_rows_get_the_settings_they_ran_with(tmp_path):
 def test_auto_precision_that_ran_differently_is_two_cells():
     rows = [dict(BASE, seed=k, val_score=.5, test_score=.5, precision='auto', precision_used='fp32') for k in range(3)]
     rows += [dict(BASE, seed=k, val_score=.9, test_score=.9, precision='auto', precision_used='pure_bf16') for k in range(3, 5)]
-    fam = res.family_scores(pd.DataFrame(rows)).set_index('cell')
+    fam = aggr.family_scores(pd.DataFrame(rows)).set_index('cell')
     assert fam.score.to_dict() == pytest.approx({'precision_used=fp32': .5, 'precision_used=pure_bf16': .9})
 
 
@@ -164,27 +166,27 @@ def test_numeric_looking_names_stay_text():
 @pytest.mark.parametrize('command', ['health', 'compact'])
 def test_health_and_compact_refuse_a_missing_store(tmp_path, capsys, command):
     typo = tmp_path/'typo2'/'dir'/'results.jsonl'
-    with pytest.raises(SystemExit) as e: res.main([command, str(typo)])
+    with pytest.raises(SystemExit) as e: comp.main([command, str(typo)])
     assert e.value.code == 2 and f"results store '{typo}' does not exist" in capsys.readouterr().err
     assert not (tmp_path/'typo2').exists()                          # nothing created
-    assert res.compact(typo) == dict(shards=0, rows=0, rejected=0) and not (tmp_path/'typo2').exists()
-    with pytest.raises(ConfigError, match='names a CSV table'): res.store_health(tmp_path/'results.csv')
+    assert comp.compact(typo) == dict(shards=0, rows=0, rejected=0) and not (tmp_path/'typo2').exists()
+    with pytest.raises(ConfigError, match='names a CSV table'): comp.store_health(tmp_path/'results.csv')
 
 
 # N6: X.jsonl and X.scores.jsonl ------------------------------------------------------------------------------------
 def test_a_store_cannot_take_another_stores_scores_file(tmp_path):
     a, b = tmp_path/'exp.jsonl', tmp_path/'exp.scores.jsonl'
     _write(a, [dict(BASE, seed=k, val_score=.5, test_score=.5, test_scores_i=[1., 0., float(k)]) for k in range(3)])
-    res.compact(a)
+    comp.compact(a)
     with pytest.raises(ConfigError, match='ends in .scores.jsonl, the name of the per-example scores file of the store exp.jsonl'):
         res.StoreWriter(b)
-    with pytest.raises(ConfigError, match='ends in .scores.jsonl'): res.compact(b)
+    with pytest.raises(ConfigError, match='ends in .scores.jsonl'): comp.compact(b)
     assert len(res.read_examples(a)) == 3
     # a store of that name written by an earlier release stays readable, and compacting its neighbour is refused
     d = res.shard_dir(b); d.mkdir()
     core.append_jsonl(d/'w.jsonl', dict(BASE, checkpoint_name='other', seed=7, val_score=.5, test_score=.5))
     assert len(res.read_rows(b)) == 1
-    with pytest.raises(ConfigError, match='also a results store of its own'): res.compact(a)
+    with pytest.raises(ConfigError, match='also a results store of its own'): comp.compact(a)
     assert len(res.read_examples(a)) == 3 and len(res.read_rows(b)) == 1
 
 
@@ -203,10 +205,10 @@ def test_a_fifo_among_the_shards_blocks_no_reader(tmp_path):
         warnings.simplefilter('always')
         assert len(_finishes(lambda: res.load_results(store))) == 2
     assert any('zz.jsonl' in str(m.message) and 'a named pipe (FIFO), not a regular file' in str(m.message) for m in w)
-    health = _finishes(lambda: res.store_health(store))
+    health = _finishes(lambda: comp.store_health(store))
     assert health['unreadable'] == {str(fifo): 1} and health['runs'] == 2
     assert _finishes(lambda: res.missing(store, [FinetuneRun('610m-clm-42k', 'sst2', ('sst2',), 1e-5, 0)], warn=False)) == []
-    _finishes(lambda: res.compact(store, abandoned_after_s=0))
+    _finishes(lambda: comp.compact(store, abandoned_after_s=0))
     assert fifo.exists() and len(res.read_rows(store, warn=False)) == 2   # left in place, named; the rows merged
 
 
@@ -228,7 +230,7 @@ def test_a_fifo_in_place_of_a_claim_blocks_nothing(tmp_path):
     claim = work_claim_path(store, run.work)
     claim.parent.mkdir(parents=True, exist_ok=True)
     os.mkfifo(claim)
-    assert _finishes(lambda: res.store_health(store))['claims'] == {'running': 1}   # aged by its mtime, as any claim
+    assert _finishes(lambda: comp.store_health(store))['claims'] == {'running': 1}   # aged by its mtime, as any claim
     assert _finishes(lambda: try_claim(claim, lease_s=60)) is None
     time.sleep(0.05)
     held = _finishes(lambda: try_claim(claim, lease_s=0.01))                     # past its lease: taken over
@@ -253,8 +255,8 @@ def test_legacy_examples_file_is_named_when_damaged(tmp_path):
         res.read_examples(store)
 
 
-# the rule: no other read of a shared file in core, runs and results ------------------------------------------------
-@pytest.mark.parametrize('module', ['core', 'runs', 'results'])
+# the rule: no other read of a shared file in core, runs, results and compaction ------------------------------------
+@pytest.mark.parametrize('module', ['core', 'runs', 'results', 'compaction'])
 def test_shared_files_are_read_only_through_read_shared(module):
     "Every file these modules read comes through `core.read_shared`/`open_shared` (regular files, bounded, never blocking)."
     tree = ast.parse((Path(core.__file__).parent/f'{module}.py').read_text())
@@ -279,9 +281,9 @@ def test_a_family_never_averages_one_datasets_two_token_limits():
     "The token limit is a task's own by default, so a family's datasets may differ in it; one dataset's two limits may not."
     rows = [dict(BASE, dataset=ds, seed=k, val_score=.5, test_score=.5, batch_size=8, max_steps=200, max_length=n)
             for ds, n in (('sst2', 128), ('mnli', 512)) for k in range(2)]
-    assert res.family_scores(pd.DataFrame(rows)).n_datasets.tolist() == [2]        # two datasets, two limits: one family
+    assert aggr.family_scores(pd.DataFrame(rows)).n_datasets.tolist() == [2]        # two datasets, two limits: one family
     clash = rows + [dict(BASE, dataset='sst2', seed=k, val_score=.9, test_score=.9, batch_size=8, max_steps=200,
                          max_length=256) for k in range(2)]
-    assert len(res.aggregate(pd.DataFrame(clash))) == 3                             # per dataset: kept apart
-    for table in (res.family_scores, res.lr_curve):
+    assert len(aggr.aggregate(pd.DataFrame(clash))) == 3                             # per dataset: kept apart
+    for table in (aggr.family_scores, aggr.lr_curve):
         with pytest.raises(ConfigError, match='holds rows of sst2 that differ only in max_length'): table(pd.DataFrame(clash))

@@ -17,7 +17,8 @@ import mlmclm.finetune as ft
 import mlmclm.paper_runs as pr
 from fake_encodeval import write_fixture_tree
 from mlmclm.core import ConfigError, append_jsonl, atomic_write_json, atomic_write_text, project_root, read_jsonl
-from mlmclm.results import aggregate, family_scores, load_results
+from mlmclm.results import load_results
+from mlmclm.aggregation import aggregate, family_scores
 
 ROOT = project_root()
 

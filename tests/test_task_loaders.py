@@ -5,6 +5,7 @@ import math
 import pytest
 
 import mlmclm.tasks as tasks
+import mlmclm.task_data as task_data
 from mlmclm.core import ConfigError
 from fake_hub import fake_hub, fake_hub_tables
 
@@ -22,8 +23,8 @@ def test_the_95_5_split_is_datasets_own_train_test_split(hub):
     table = fake_hub_tables()[('nyu-mll/glue', 'sst2', 'train')]
     ref = table.train_test_split(train_size=0.95, seed=42)
     sst = load('sst2')
-    assert sst['validation'] == tasks.convert_glue(ref['test'], 'sst2')
-    assert sst['train'] == tasks.convert_glue(ref['train'], 'sst2')
+    assert sst['validation'] == task_data.convert_glue(ref['test'], 'sst2')
+    assert sst['train'] == task_data.convert_glue(ref['train'], 'sst2')
     assert len(sst['validation']) == 40 - math.floor(0.95 * 40) and len(sst['test']) == 6   # validation = test
 
 
