@@ -47,7 +47,7 @@ def test_table_1_is_written_from_the_same_constants():
 
 
 def test_the_fine_tuning_notebooks_cite_the_protocol_not_a_spec_users_lack():
-    for nb in ('03_tasks.ipynb', '03b_finetune.ipynb'):
+    for nb in ('02a_task_data.ipynb', '03_tasks.ipynb', '03b_finetune.ipynb'):
         text = ''.join(''.join(c['source']) for c in json.loads((project_root()/'nbs'/nb).read_text())['cells'])
         assert not re.search(r'SPEC\b', text), nb
         assert 'protocol.md' in text, nb
