@@ -35,7 +35,8 @@ from .sizes import FLOP_CONVENTION, flops_per_token, memory_estimate, memory_lin
 from .corpus import EMBEDDED_SOURCES
 from .model import (Transformer, attention_kernel, build_model, check_checkpoint, check_finite_weights, compile_blocks,
                           config_from_hf, default_backend, load, logged_losses, model_card, save)
-from .data import TokenStore, load_tokenizer, open_store
+from .data import load_tokenizer
+from .store import TokenStore, open_store
 from .objectives import MEASURED, adamw, attention_span, device_peak_flops, lm_loss, make_batch, wsd_schedule
 from .packing import to_device
 
@@ -685,7 +686,7 @@ class Run:
     run_id: str
     phases: list
     tokenizer: object
-    store: TokenStore        # the tokens this run reads (`mlmclm.data`)
+    store: TokenStore        # the tokens this run reads (`mlmclm.store`)
     raw_model: Transformer   # the plain module (sharded in place under FSDP)
     model: object            # what trains: `raw_model` compiled and wrapped by accelerate (DDP or FSDP2)
     optimizer: object
