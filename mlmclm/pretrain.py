@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from .core import (LEASE_S, ClaimHeld, ConfigError, append_jsonl, atomic_write_json, atomic_write_text,
-                         claim_holder, claim_state, config_help, parse_setting, pick_device, pick_dtype, read_json,
-                         read_jsonl, seed_everything, to_json, write_run_record)
+from .core import (ConfigError, append_jsonl, atomic_write_json, atomic_write_text, config_help, parse_setting,
+                         pick_device, pick_dtype, read_json, read_jsonl, seed_everything, to_json, write_run_record)
+from .claims import LEASE_S, ClaimHeld, claim_holder, claim_state
 from .vocab import OBJECTIVES, AdamW, Phase, parse_schedule, phase_at, switch_steps
 from .runs import PretrainConfig, grad_accum, pretrain_config, pretrain_run, tracker_names
 from .sizes import FLOP_CONVENTION, flops_per_token, memory_estimate, memory_line, model_config
@@ -695,7 +695,7 @@ class Run:
     session: str = ''        # names this session's temporary folders (the main process's id, shared by all)
     data_offset: int = 0     # the store token where row 0 of this run begins
     grad_accum: int = 1      # micro-batches per step and process (`mlmclm.runs.grad_accum`)
-    claim: object = None     # the main process's claim on the run (`mlmclm.core.Claim`), held while it trains
+    claim: object = None     # the main process's claim on the run (`mlmclm.claims.Claim`), held while it trains
     memory: dict | None = None   # the estimated peak memory of one process (`mlmclm.sizes.memory_estimate`)
     heldout: dict = dataclasses.field(default_factory=dict)   # the held-out micro-batches of each phase, made once
     trackers: object = dataclasses.field(default_factory=lambda: Trackers(None, ''))   # experiment trackers (`log_with`)

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import (HOST, LEASE_S, ClaimHeld, ConfigError, WriteError, append_lines, atomic_path, atomic_write_text,
-                         claim, claim_state, fs_now, git_commit, jsonl_rows, open_shared, owner_alive, read_shared,
-                         this_process, to_json, utc_now, warn_lines)
+from .core import (ConfigError, WriteError, append_lines, atomic_path, atomic_write_text, git_commit, jsonl_rows,
+                         open_shared, read_shared, to_json, warn_lines)
+from .claims import HOST, LEASE_S, ClaimHeld, claim, claim_state, fs_now, owner_alive, this_process, utc_now
 from .vocab import PROTOCOL_AXES, check_protocol_axes
 from .runs import CELL, PER_DATASET, FinetuneRun, cell_differences, row_cell, run_key, shard_dir
 
