@@ -34,7 +34,8 @@ from .sizes import (ATTN_BACKENDS, FLOP_CONVENTION, LLAMA3_VOCAB_SIZE, MODEL_SIZ
                           fit_settings, flops_per_token, model_config)
 from .model import (HostSyncs, TaskModel, Transformer, attention_kernel, build_model, compile_blocks, config_from_hf,
                           default_backend, load, mean_pool, save, to_llama_config_dict)
-from .data import TokenStore, build_store, load_tokenizer, packed_rows, pipeline_throughput, tokenize
+from .data import load_tokenizer, packed_rows, tokenize
+from .store import TokenStore, build_store, pipeline_throughput
 from .objectives import (IGNORE, MEASURED, MemoryMeter, adamw, attention_span, chunked_cross_entropy,
                                device_peak_flops, lm_loss)
 from .packing import collate_packed, collate_padded, head_loss, micro_batches, pack_rows, to_device

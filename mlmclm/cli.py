@@ -23,7 +23,7 @@ COMMANDS = {
     'paper-runs': ('mlmclm.paper_runs', [], "import the authors' published runs into a results store"),
     'bench': ('mlmclm.bench', [], "throughput against Hugging Face's Llama, or fine-tuning against transformers.Trainer"),
     'pretrain': ('mlmclm.pretrain', [], 'one pretraining run from key=value settings, or the demo schedules'),
-    'data': ('mlmclm.data', [], 'build or verify a token store'),
+    'data': ('mlmclm.store', [], 'build or verify a token store'),
     'push': ('mlmclm.model', ['push'], 'upload a checkpoint folder to a Hugging Face model repository (push CHECKPOINT REPO)'),
     'merge': ('mlmclm.model', ['merge'], 'a linear merge of checkpoints of one shape: merge OUT CKPT:W CKPT:W ...'),
 }

@@ -11,8 +11,8 @@ import time
 import warnings
 from pathlib import Path
 
-from .core import (LEASE_S, ClaimHeld, ConfigError, atomic_path, atomic_write_text, claim, claim_state, fs_now,
-                         jsonl_rows, open_shared, owner_alive, read_shared, this_process, to_json, utc_now)
+from .core import ConfigError, atomic_path, atomic_write_text, jsonl_rows, open_shared, read_shared, to_json
+from .claims import LEASE_S, ClaimHeld, claim, claim_state, fs_now, owner_alive, this_process, utc_now
 from .runs import run_key, shard_dir
 from .results import (SCORES_SUFFIX, check_store_path, code_version, current_rows, existing_store, is_header,
                             problem_line, row_files, row_problem, scan_store, store_suffix, writer_id)

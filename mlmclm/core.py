@@ -15,16 +15,11 @@ import math
 import os
 import platform
 import random
-import signal
-import socket
 import stat
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import typing
-import uuid
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,12 +28,10 @@ from typing import Callable
 import numpy as np
 
 # %% auto #0
-__all__ = ['SHARED_MAX_BYTES', 'HOST', 'LEASE_S', 'CLAIM_MAX_BYTES', 'NUMERICS_ENV', 'package_dir', 'project_root', 'assets_dir',
-           'seed_everything', 'pick_device', 'pick_dtype', 'UnreadableFile', 'open_shared', 'read_shared',
-           'new_file_mode', 'atomic_path', 'atomic_write_text', 'to_json', 'atomic_write_json', 'read_json',
-           'WriteError', 'append_lines', 'append_jsonl', 'jsonl_rows', 'warn_lines', 'read_jsonl', 'ClaimHeld',
-           'this_process', 'slurm_job', 'owner_alive', 'fs_now', 'utc_now', 'claim_bytes', 'claim_state', 'Claim',
-           'earlier_run_of_this_job', 'claim_holder', 'try_claim', 'claim', 'ConfigError', 'param', 'check_field',
+__all__ = ['SHARED_MAX_BYTES', 'NUMERICS_ENV', 'package_dir', 'project_root', 'assets_dir', 'seed_everything', 'pick_device',
+           'pick_dtype', 'UnreadableFile', 'open_shared', 'read_shared', 'new_file_mode', 'atomic_path',
+           'atomic_write_text', 'to_json', 'atomic_write_json', 'read_json', 'WriteError', 'write_all', 'append_lines',
+           'append_jsonl', 'jsonl_rows', 'warn_lines', 'read_jsonl', 'ConfigError', 'param', 'check_field',
            'build_config', 'parse_setting', 'config_help', 'injected_parameters', 'notebook_config',
            'parameters_source', 'git_commit', 'cpu_info', 'environment_info', 'config_hash', 'run_dir',
            'write_run_record']
@@ -200,7 +193,7 @@ def read_json(path: str | Path,
 class WriteError(OSError):
     "A write that did not complete (disk full, quota, I/O error); names the file; what was written before is intact."
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     while data:
         n = os.write(fd, data)
         if n <= 0: raise OSError(28, os.strerror(28))
@@ -215,7 +208,7 @@ def append_lines(path: str | Path, lines: list[str]) -> tuple[int, int]:
         try:
             st = os.fstat(fd)
             if st.st_size and os.pread(fd, 1, st.st_size - 1) != b'\n': data = b'\n' + data   # end a torn line first
-            _write_all(fd, data)
+            write_all(fd, data)
             os.fsync(fd)
             return st.st_dev, st.st_ino
         finally: os.close(fd)
@@ -259,219 +252,6 @@ def read_jsonl(path: str | Path) -> list[dict]:
     rows, problems = jsonl_rows(path)
     warn_lines(path, problems)
     return [r for _, r in rows]
-
-# %% ../nbs/00_core.ipynb #3e471a59
-class ClaimHeld(RuntimeError):
-    "Another live worker holds the claim; the message says who and since when."
-
-HOST = socket.gethostname()
-LEASE_S = 1800.0   # seconds a claim's owner on another host may stay silent before its work is taken over
-
-def _pid_start(pid: int) -> str | None:
-    "When `pid` started (clock ticks since boot, Linux), to tell a process from a later one that reuses its pid."
-    try: return read_shared(f'/proc/{pid}/stat').decode().rsplit(')', 1)[1].split()[19]
-    except (OSError, IndexError): return None
-
-def this_process() -> dict:
-    "Host, pid and the pid's start time of this process: what claims and shard headers record."
-    return dict(host=HOST, pid=os.getpid(), pid_start=_pid_start(os.getpid()))
-
-def slurm_job() -> dict:
-    "This process's Slurm job, as claims record it: cluster, job id, array task, restart count ({} outside Slurm)."
-    env = os.environ
-    if not env.get('SLURM_JOB_ID'): return {}
-    array = (env.get('SLURM_ARRAY_JOB_ID'), env.get('SLURM_ARRAY_TASK_ID'))
-    return dict(slurm_cluster=env.get('SLURM_CLUSTER_NAME'), slurm_job=env['SLURM_JOB_ID'],
-                slurm_restart=int(env.get('SLURM_RESTART_COUNT') or 0),
-                **({'slurm_array': '_'.join(array)} if all(array) else {}))
-
-def owner_alive(info: dict) -> bool | None:
-    "Whether the process named by `info` (host, pid, pid_start) still runs: True/False on this host, None elsewhere."
-    if not isinstance(info, dict) or info.get('host') != HOST: return None
-    pid = info.get('pid')
-    if not isinstance(pid, int) or pid <= 0: return False
-    try: os.kill(pid, 0)
-    except ProcessLookupError: return False
-    except PermissionError: pass                    # alive, owned by someone else
-    start = _pid_start(pid)
-    return start is None or info.get('pid_start') in (None, start)
-
-def fs_now(folder: str | Path) -> float:
-    "The time now on the filesystem holding `folder`: the mtime of a file just created there."
-    probe = Path(folder)/f'.clock-{uuid.uuid4().hex}'
-    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try: return os.fstat(fd).st_mtime
-    finally: os.close(fd); probe.unlink()
-
-def utc_now() -> str:
-    "The time now as an ISO-8601 UTC string with microseconds (sorts as it reads)."
-    t = time.time()
-    return time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(t)) + f'.{int(t % 1 * 1e6):06d}Z'
-
-# %% ../nbs/00_core.ipynb #7fd4ec59
-def _create_exclusive(path: Path, text: str) -> bool:
-    "Create `path` holding `text` if nothing is there: a complete private file, hard-linked into place."
-    tmp = path.with_name(f'.{path.name}.{uuid.uuid4().hex}.tmp')
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try: _write_all(fd, text.encode()); os.fsync(fd)
-    finally: os.close(fd)
-    try:
-        os.link(tmp, path)
-        return True
-    except OSError as e:
-        try: linked = os.stat(tmp).st_nlink == 2   # a retried NFS LINK may fail after succeeding
-        except OSError: linked = False
-        if linked or isinstance(e, FileExistsError): return linked
-        if e.errno not in (1, 95):  raise           # EPERM/EOPNOTSUPP: no hard links here; fall back to O_EXCL
-        try: fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError: return False
-        try: _write_all(fd, text.encode()); os.fsync(fd)
-        finally: os.close(fd)
-        return True
-    finally: tmp.unlink(missing_ok=True)
-
-CLAIM_MAX_BYTES = 1 << 16   # a claim is one short JSON line; anything larger is not one
-
-def claim_bytes(path: str | Path) -> bytes:
-    "The bytes of the claim file at `path`; b'' for one that is not a claim (a FIFO, a folder, too large): unreadable, aged by its mtime."
-    try: return read_shared(path, CLAIM_MAX_BYTES)
-    except UnreadableFile: return b''
-
-def _remove_if_same(path: Path, raw: bytes) -> bool:
-    "Remove `path` if it still holds `raw`; if another worker replaced it meanwhile, leave theirs in place."
-    aside = path.with_name(f'.{path.name}.{uuid.uuid4().hex}.aside')
-    try:
-        os.rename(path, aside)
-        same = claim_bytes(aside) == raw
-        if not same:
-            try: os.link(aside, path)              # we moved a fresh claim: give it back, unless a newer one is there
-            except FileExistsError: pass
-        try: aside.unlink()
-        except IsADirectoryError: pass             # a folder planted as a claim: moved out of the way, left aside
-        return same
-    except FileNotFoundError: return False         # gone already (or the whole claims folder was removed)
-
-def claim_state(path: str | Path, lease_s: float) -> tuple[str, dict | None, bytes]:
-    "('free' | 'running' | 'stale', the claim's content, its raw bytes) of the claim file at `path`."
-    path = Path(path)
-    try: raw, mtime = claim_bytes(path), os.stat(path).st_mtime
-    except FileNotFoundError: return 'free', None, b''
-    try: info = json.loads(raw)
-    except ValueError: info = None
-    alive = owner_alive(info)
-    if alive is not None: return ('running' if alive else 'stale'), info, raw
-    own = info.get('lease_s') if isinstance(info, dict) else None     # the lease its owner asked for, if a number
-    lease = max(lease_s, own) if isinstance(own, (int, float)) and not isinstance(own, bool) and own == own else lease_s
-    try: now = fs_now(path.parent)
-    except FileNotFoundError: return 'free', None, b''               # its folder was removed meanwhile
-    return ('running' if now - mtime < lease else 'stale'), info, raw
-
-# %% ../nbs/00_core.ipynb #af08e269
-@dataclasses.dataclass
-class Claim:
-    "A held claim: the file at `path` names this process until `release`; a heartbeat thread keeps it fresh."
-    path: Path
-    raw: bytes
-    lease_s: float
-    _stop: threading.Event = dataclasses.field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-    _restore: Callable | None = None       # puts back the SIGTERM handler `release_on_sigterm` replaced
-
-    def held(self) -> bool:
-        try: return claim_bytes(self.path) == self.raw
-        except FileNotFoundError: return False
-
-    def _beat(self):
-        while not self._stop.wait(max(self.lease_s / 4, 0.05)):
-            if not self.held(): return             # taken over (we were silent too long): stop touching it
-            try: os.utime(self.path)
-            except OSError: pass
-
-    def start(self) -> 'Claim':
-        self._thread = threading.Thread(target=self._beat, name=f'claim {self.path.name}', daemon=True)
-        self._thread.start()
-        return self
-
-    def release(self) -> None:
-        "Stop the heartbeat and remove the claim if it is still ours."
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread(): self._thread.join()
-        _remove_if_same(self.path, self.raw)
-        if self._restore is not None and threading.current_thread() is threading.main_thread():
-            self._restore(); self._restore = None
-
-    def release_on_sigterm(self) -> 'Claim':
-        """Release the claim when this process gets SIGTERM (Slurm sends it before SIGKILL on preemption, requeue and
-        time limit), then do what SIGTERM did before: the earlier handler, or end the process. Main thread only."""
-        if threading.current_thread() is not threading.main_thread(): return self
-        before = signal.getsignal(signal.SIGTERM)
-        def on_sigterm(signum, frame):
-            self.release()
-            if callable(before): before(signum, frame)
-            elif before != signal.SIG_IGN:        # the default: end the process, as it would have
-                signal.signal(signum, signal.SIG_DFL); os.kill(os.getpid(), signum)
-        def restore():
-            if signal.getsignal(signal.SIGTERM) is on_sigterm: signal.signal(signal.SIGTERM, before or signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, on_sigterm)
-        self._restore = restore
-        return self
-
-
-def earlier_run_of_this_job(info: dict | None) -> bool:
-    "Whether the claim `info` was made by an earlier run of this process's own Slurm job (requeued since), not known alive here."
-    me = slurm_job()
-    if not me or not isinstance(info, dict) or owner_alive(info): return False
-    theirs = info.get('slurm_restart')
-    return (info.get('slurm_job') == me['slurm_job'] and info.get('slurm_cluster') == me['slurm_cluster']
-            and isinstance(theirs, int) and theirs < me['slurm_restart'])
-
-
-def claim_holder(info: dict | None, raw: bytes) -> str:
-    "Who holds a claim, in words (host, pid, since when, Slurm job), or what is wrong with a claim file that is no claim."
-    if not isinstance(info, dict):
-        return f'no worker: the file holds {raw[:80]!r}, which is not a claim this package writes (not a JSON object)'
-    job = f", Slurm job {info['slurm_job']}" if info.get('slurm_job') else ''
-    return f"{info.get('host')} pid {info.get('pid')} since {info.get('started')}{job}"
-
-
-def try_claim(path: str | Path,    # the claim file (its folder is created)
-              lease_s: float = LEASE_S,  # an owner on another host silent this long is taken as gone
-              note: str = '',      # what is claimed, for people reading the file
-             ) -> Claim | None:
-    """Claim the work named by `path` atomically (taking over a stale claim, or one an earlier run of this Slurm job
-    left); None if a live worker holds it."""
-    path = Path(path)
-    info = dict(this_process(), started=utc_now(), lease_s=lease_s, note=note, token=uuid.uuid4().hex, **slurm_job())
-    text = to_json(info, indent=None) + '\n'
-    tries, vanished = 0, 0
-    while tries < 5:
-        path.parent.mkdir(parents=True, exist_ok=True)   # each time: someone may have removed the claims folder
-        try: created = _create_exclusive(path, text)
-        except FileNotFoundError:                        # ... just now: make it again
-            vanished += 1
-            if vanished > 100: raise
-            continue
-        if created: return Claim(path, text.encode(), lease_s).start()
-        tries += 1
-        state, held_by, raw = claim_state(path, lease_s)
-        if state == 'running' and not earlier_run_of_this_job(held_by): return None
-        if state != 'free': _remove_if_same(path, raw)   # stale, or our own job's before it was requeued
-    return None
-
-
-@contextmanager
-def claim(path: str | Path, lease_s: float = LEASE_S, note: str = ''):
-    "Hold the claim at `path` for the block; raises `ClaimHeld` (naming the holder) if a live worker has it."
-    held = try_claim(path, lease_s, note)
-    if held is None:
-        _, info, raw = claim_state(path, lease_s)
-        if not isinstance(info, dict):
-            raise ClaimHeld(f'{path} is claimed by {claim_holder(info, raw)}; it blocks this work until it is {lease_s:g} s '
-                            f'old. If no worker is doing this work, remove it: rm {path}')
-        raise ClaimHeld(f'{path} is claimed by {claim_holder(info, raw)}; it is taken over once that process is gone '
-                        f'(or silent for {lease_s:g} s on another host)')
-    try: yield held
-    finally: held.release()
 
 # %% ../nbs/00_core.ipynb #f298c492
 class ConfigError(ValueError):

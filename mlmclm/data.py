@@ -5,17 +5,13 @@
 # %% ../nbs/01a_data.ipynb #710767c0
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import gzip
 import hashlib
 import itertools
 import json
 import lzma
 import os
-import platform
 import re
-import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +21,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from .core import ConfigError, assets_dir, atomic_path, atomic_write_json, project_root, read_json
+from .core import ConfigError, assets_dir
 from .vocab import PRETRAIN
 from .corpus import (EMBEDDED, EMBEDDED_REVIEWS, EMBEDDED_SOURCES, EMBEDDED_VOCAB_SIZE, embedded_documents,
                            review_documents)
@@ -35,8 +31,7 @@ __all__ = ['DEFAULT_REAL_TOKENIZER', 'FINEWEB_EDU', 'DEFAULT_FINEWEB_SUBSET', 'B
            'LLAMA3_SPLIT_PATTERN', 'STORE_FORMAT', 'DEFAULT_SHARD_TOKENS', 'DOCS_PER_UNIT', 'tokenizer_dir',
            'build_tokenizer', 'ensure_special_tokens', 'load_tokenizer', 'finite_documents', 'epoch_order',
            'fineweb_documents', 'tokenize', 'packed_rows', 'batches', 'StoreError', 'StoreSource', 'store_source',
-           'tokenizer_sha', 'tokenizer_files', 'default_store_dir', 'store_path', 'build_store', 'TokenStore',
-           'open_store', 'pipeline_throughput', 'verify_store', 'main']
+           'tokenizer_sha', 'finite_units', 'hub_units', 'tokenized_units']
 
 # %% ../nbs/01a_data.ipynb #2bb93a59
 DEFAULT_REAL_TOKENIZER = PRETRAIN.tokenizer            # the paper's tokenizer (gated on the hub)
@@ -279,7 +274,7 @@ def tokenizer_sha(tokenizer) -> str:
     return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()
 
 
-def _finite_units(source: StoreSource, seed: int) -> tuple[list, str]:
+def finite_units(source: StoreSource, seed: int) -> tuple[list, str]:
     "Units of 256 texts in the order of `epoch_order(n, seed, 0)`, and a hash of the documents' contents."
     docs = finite_documents(source.path, text_field=source.text_field)
     content = hashlib.sha256()
@@ -309,7 +304,7 @@ def _parquet(path: str):
     return pq.ParquetFile(path)
 
 
-def _hub_units(source: StoreSource, seed: int) -> tuple[list, str]:
+def hub_units(source: StoreSource, seed: int) -> tuple[list, str]:
     "One unit per Parquet row group, in the order of a permutation drawn with `seed`; a hash of the file list."
     files, revision = _hub_data_files(source)
     if not files: raise ConfigError(f'subset={source.subset!r} of {source.path!r} has no train files')
@@ -354,7 +349,7 @@ def _unit_tokens(unit: tuple) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(flat, dtype=np.int64), np.asarray(starts, dtype=np.int64)
 
 
-def _tokenized(units: list, tokenizer_dir: Path, text_field: str, workers: int) -> Iterator[tuple]:
+def tokenized_units(units: list, tokenizer_dir: Path, text_field: str, workers: int) -> Iterator[tuple]:
     "`_unit_tokens` of each unit, in order, computed by `workers` spawned processes (in this one when 1)."
     if workers == 1:
         _init_worker(str(tokenizer_dir), text_field)
@@ -363,465 +358,3 @@ def _tokenized(units: list, tokenizer_dir: Path, text_field: str, workers: int) 
     import multiprocessing as mp
     with mp.get_context('spawn').Pool(workers, _init_worker, (str(tokenizer_dir), text_field, True)) as pool:
         yield from pool.imap(_unit_tokens, units)
-
-# %% ../nbs/01a_data.ipynb #04105892
-def _save_npy(path: Path, array: np.ndarray) -> str:
-    "Write `array` as `.npy` atomically; its SHA-256."
-    with atomic_path(path) as tmp:
-        with open(tmp, 'wb') as f: np.save(f, array)
-    with open(path, 'rb') as f: return hashlib.file_digest(f, 'sha256').hexdigest()
-
-
-class _ShardWriter:
-    "Fills shards of exactly `shard_tokens` tokens and records each in the manifest the moment it lands."
-    def __init__(self, folder: Path, manifest: dict):
-        self.folder, self.m = folder, manifest
-        self.buf = np.empty(manifest['shard_tokens'], np.dtype(manifest['dtype']))
-        self.fill, self.starts = 0, []
-        self.begin = self.at = dict(manifest['cursor'])        # where the open shard begins; where writing stands
-        self.written = sum(s['tokens'] for s in manifest['shards'])
-
-    def room(self) -> int:
-        cap = self.m['max_tokens']
-        free = len(self.buf) - self.fill
-        return free if cap is None else min(free, cap - self.written - self.fill)
-
-    def add(self, unit: int, tokens: np.ndarray, starts: np.ndarray, pos: int = 0) -> bool:
-        "Append `tokens[pos:]` of unit number `unit`; False once `max_tokens` is reached."
-        while pos < len(tokens) and (take := min(len(tokens) - pos, self.room())) > 0:
-            self.buf[self.fill:self.fill + take] = tokens[pos:pos + take]
-            a, b = np.searchsorted(starts, [pos, pos + take])
-            self.starts.append(starts[a:b] - pos + self.fill)
-            self.fill += take; pos += take
-            self.at = dict(unit=unit, token=pos)
-            if self.fill == len(self.buf): self.flush()
-        if pos == len(tokens): self.at = dict(unit=unit + 1, token=0)
-        return self.room() > 0
-
-    def flush(self) -> None:
-        "Write the open shard (also a short last one) and move the manifest's cursor past it."
-        name = f"shard-{len(self.m['shards']):06d}"
-        starts = np.concatenate(self.starts) if self.starts else np.zeros(0, np.int64)
-        sha = {part: _save_npy(self.folder/f'{name}.{part}.npy', a)
-               for part, a in (('tokens', self.buf[:self.fill]), ('starts', starts))}
-        self.m['shards'].append(dict(name=name, tokens=self.fill, documents=len(starts), begins_at=self.begin, sha256=sha))
-        self.m['cursor'] = self.begin = dict(self.at)
-        self.written += self.fill
-        self.fill, self.starts = 0, []
-        atomic_write_json(self.folder/'manifest.json', self.m)
-
-# %% ../nbs/01a_data.ipynb #79d86e69
-_NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-
-def _npy_problem(path: Path, length: int, dtype: str, what: str) -> str | None:
-    "None when `path` is a whole `.npy` file of `length` values of `dtype` (from its header and size: no data is read)."
-    if not path.is_file(): return f'{path} is missing'
-    with open(path, 'rb') as f:
-        try:
-            version = np.lib.format.read_magic(f)
-            shape, _, have = _NPY_HEADERS[version](f)
-        except (ValueError, EOFError, KeyError) as e: return f'{path} is not a .npy file ({e})'
-        expected = f.tell() + int(np.prod(shape)) * have.itemsize
-    if (shape, have) != ((length,), np.dtype(dtype)):
-        return f'{path} holds {shape[0] if len(shape) == 1 else shape:,} {what} of {have}, the manifest says {length:,} of {dtype}'
-    if (size := path.stat().st_size) != expected: return f'{path} is {size} bytes, {expected} expected from its header'
-    return None
-
-
-def _check_shard(folder: Path, entry: dict, dtype: str,  # the manifest's shard `entry` and token dtype
-                 checksums: bool = True,                 # also hash both files (else only their headers and sizes)
-                ) -> str | None:
-    "None when both files of the shard `entry` are whole and (if `checksums`) match their SHA-256, else what is wrong."
-    for part, n, kind, what in (('tokens', entry['tokens'], dtype, 'tokens'), ('starts', entry['documents'], 'int64', 'starts')):
-        path = folder/f"{entry['name']}.{part}.npy"
-        if problem := _npy_problem(path, n, kind, what): return problem
-        if not checksums: continue
-        with open(path, 'rb') as f: got = hashlib.file_digest(f, 'sha256').hexdigest()
-        if got != entry['sha256'][part]:
-            return f"{path} fails its checksum (sha256 {got[:12]}..., the manifest says {entry['sha256'][part][:12]}...)"
-    return None
-
-
-def _layout_problem(m: dict) -> str | None:
-    "What in a manifest disagrees with itself: shard sizes with `shard_tokens`; for a finished store, totals with the shards."
-    sizes = [s['tokens'] for s in m['shards']]
-    if any(n != m['shard_tokens'] for n in sizes[:-1]) or (sizes and not 0 < sizes[-1] <= m['shard_tokens']):
-        return f"shard_tokens={m['shard_tokens']} but its shards hold {sorted(set(sizes))} tokens"
-    if not m['complete']: return None
-    if not sizes: return 'a finished store lists no shards'
-    if m['n_tokens'] != sum(sizes): return f"n_tokens={m['n_tokens']:,} but its shards hold {sum(sizes):,} tokens"
-    if m['n_documents'] != (docs := sum(s['documents'] for s in m['shards'])):
-        return f"n_documents={m['n_documents']} but its shards hold {docs:,} documents"
-    return None
-
-
-def _reopen_from(m: dict, index: int, why: str) -> None:
-    "Drop shard `index` and those after it; the build continues where shard `index` began."
-    if index >= len(m['shards']): return
-    print(f"token store: {why}; continuing the build from shard {index}")
-    m['cursor'] = m['shards'][index]['begins_at']
-    m['shards'], m['complete'] = m['shards'][:index], False
-
-
-def _resume_manifest(folder: Path, m: dict, max_tokens: int | None) -> dict:
-    "An existing manifest made ready to continue: bad shards dropped, a short last shard reopened, the new cap applied."
-    bad = next(((i, e) for i, s in enumerate(m['shards']) if (e := _check_shard(folder, s, m['dtype']))), None)
-    if bad: _reopen_from(m, bad[0], bad[1])
-    last = len(m['shards']) - 1
-    if not m['complete'] and last >= 0 and m['shards'][last]['tokens'] < m['shard_tokens']:
-        _reopen_from(m, last, 'the last shard is short (a build killed while finishing)')
-    if m['complete'] and (problem := _layout_problem(m)):
-        _reopen_from(m, last, f'the manifest disagrees with its shards ({problem})')
-    written = sum(s['tokens'] for s in m['shards'])
-    if max_tokens != m['max_tokens']:
-        if max_tokens is not None and max_tokens < written:
-            raise StoreError(f"{folder} already holds {written:,} tokens, more than max_tokens={max_tokens:,}, and a "
-                             f"store is never cut: resume with max_tokens >= {written:,} (or none), or build the "
-                             f"smaller store into another folder (--out)")
-        print(f"token store: max_tokens={m['max_tokens']} when the build began, now {max_tokens}: the build stops there")
-        m['max_tokens'] = max_tokens
-        if m['complete'] and m['cursor']['unit'] < m['units']:   # finished under a smaller cap: grow it
-            if m['shards'][-1]['tokens'] < m['shard_tokens']:
-                _reopen_from(m, len(m['shards']) - 1, f'growing the store to max_tokens={max_tokens}')
-            else: m['complete'] = False
-    return m
-
-
-_MANIFEST_FIELDS = dict(format=str, source=dict, seed=int, units=int, dtype=str, tokenizer=dict, store_id=str,
-                        shard_tokens=int, max_tokens=(int, type(None)), shards=list, cursor=dict, complete=bool, builds=list)
-_SHARD_FIELDS = dict(name=str, tokens=int, documents=int, begins_at=dict, sha256=dict)
-
-def _fields_problem(d: dict, fields: dict, where: str = '') -> str | None:
-    "The first of `fields` (name: type) that `d` lacks or holds with another type; `where` prefixes the message."
-    for k, t in fields.items():
-        if k not in d: return f'{where}has no {k!r}'
-        if not isinstance(d[k], t) or (isinstance(d[k], bool) and t is int):
-            return f'{where}{k!r} is {d[k]!r}, not {getattr(t, "__name__", "an int or null")}'
-    return None
-
-
-def _manifest_problem(m) -> str | None:
-    "What makes `m` (parsed JSON) not a readable token-store manifest, or None."
-    if not isinstance(m, dict): return f'it holds a {type(m).__name__}, not a token-store manifest (a JSON object)'
-    if m.get('format') != STORE_FORMAT: return f"format {m.get('format')!r} is not {STORE_FORMAT!r}"
-    extra = dict(n_tokens=int, n_documents=int) if m.get('complete') is True else {}
-    if problem := _fields_problem(m, {**_MANIFEST_FIELDS, **extra}): return problem
-    if m['dtype'] not in ('uint16', 'uint32'): return f"dtype {m['dtype']!r} is not 'uint16' or 'uint32'"
-    if m['shard_tokens'] < 1: return f"shard_tokens={m['shard_tokens']} is not >= 1"
-    for i, s in enumerate(m['shards']):
-        where = f'shards[{i}] '
-        if not isinstance(s, dict): return f'{where}is {s!r}, not an object'
-        if problem := _fields_problem(s, _SHARD_FIELDS, where) or _fields_problem(s['sha256'], dict(tokens=str, starts=str), where + 'sha256 '):
-            return problem
-        if not re.fullmatch(r'shard-\d{6}', s['name']): return f"{where}name {s['name']!r} is not shard-NNNNNN"
-    return None
-
-
-def _read_manifest(folder: Path) -> dict:
-    "The manifest of the store in `folder`, checked field by field; an unreadable one is an error naming it."
-    path = Path(folder)/'manifest.json'
-    fix = f'restore it from a copy, or move {folder} aside and build the store again'
-    try: m = json.loads(path.read_bytes())
-    except OSError as e: raise StoreError(f'{path} cannot be read ({e.strerror}); is {folder} a token store?') from None
-    except ValueError as e: raise StoreError(f'{path} is not JSON ({e}): the manifest is damaged; {fix}') from None
-    if problem := _manifest_problem(m): raise StoreError(f'{path} is not a readable token-store manifest: {problem}; {fix}')
-    return m
-
-
-def tokenizer_files(folder: Path) -> dict[str, str]:
-    "The SHA-256 of each file of a saved tokenizer folder (a store's `tokenizer/`), by file name."
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(folder).iterdir()) if p.is_file()}
-
-
-def _tokenizer_problem(folder: Path, m: dict) -> str | None:
-    """What makes the store's saved `tokenizer/` (the one builds tokenize with) differ from what its manifest records,
-    or None: each file against `tokenizer.files`; a manifest written before those were recorded, by the definition the
-    folder loads to against `tokenizer.sha256` (`tokenizer_sha`)."""
-    saved, want = folder/'tokenizer', m['tokenizer'].get('files')
-    if not saved.is_dir(): return f'{saved} is missing'
-    if want is None:
-        try: got = tokenizer_sha(load_tokenizer(saved))
-        except Exception as e: return f'{saved} cannot be loaded ({type(e).__name__}: {e})'
-        return None if got == m['tokenizer'].get('sha256') else \
-            f"{saved} defines another tokenizer (sha256 {got[:12]}...) than the manifest's ({str(m['tokenizer'].get('sha256'))[:12]}...)"
-    if not (isinstance(want, dict) and all(isinstance(v, str) for v in want.values())):
-        return f"the manifest's tokenizer.files is {want!r}, not file names and their SHA-256"
-    have = tokenizer_files(saved)
-    for name in sorted(set(want) | set(have)):
-        if name not in have: return f'{saved/name} is missing'
-        if name not in want: return f'{saved/name} is not in the manifest'
-        if have[name] != want[name]:
-            return f'{saved/name} differs from the manifest (sha256 {have[name][:12]}..., it records {want[name][:12]}...)'
-    return None
-
-
-def _check_tokenizer(folder: Path, m: dict) -> None:
-    "Refuse a store whose saved tokenizer is not the one it was built with, naming the file (`_tokenizer_problem`)."
-    if problem := _tokenizer_problem(folder, m):
-        raise StoreError(f"{problem}: the store's saved tokenizer is not the one it was built with "
-                         f"({m['tokenizer'].get('name')!r}), and its shards would be read or grown with another; "
-                         f"restore {folder/'tokenizer'} from a copy, or build the store again into another folder")
-
-
-def _open_manifest(folder: Path, head: dict, shard_tokens: int, max_tokens: int | None, tokenizer) -> dict:
-    "The manifest to build from: a new one, or the folder's own checked against `head` and made ready to resume."
-    path = folder/'manifest.json'
-    if path.is_file():
-        m = _read_manifest(folder)
-        plain = lambda t: {**t, 'name': None, 'files': None}   # which name, and the saved files, are checked apart
-        same = lambda k: m.get(k) == head[k] or (k == 'tokenizer' and plain(m[k]) == plain(head[k]))
-        differ = sorted(k for k in head if not same(k)) + (['shard_tokens'] if m['shard_tokens'] != shard_tokens else [])
-        if differ:
-            raise StoreError(f'{folder} holds a token store made with other {differ} '
-                             f'(it has {[m.get(k) for k in differ]}); build into another folder')
-        _check_tokenizer(folder, m)
-        m['tokenizer'].setdefault('files', tokenizer_files(folder/'tokenizer'))   # an older manifest: recorded from now on
-        return _resume_manifest(folder, m, max_tokens)
-    tokenizer.save_pretrained(str(folder/'tokenizer'))
-    m = dict(head, shard_tokens=shard_tokens, max_tokens=max_tokens, shards=[], cursor=dict(unit=0, token=0),
-             complete=False, builds=[])
-    m['tokenizer'] = dict(head['tokenizer'], files=tokenizer_files(folder/'tokenizer'))
-    atomic_write_json(path, m)
-    return m
-
-
-@contextlib.contextmanager
-def _build_lock(folder: Path):
-    "Hold `folder/.build.lock` exclusively: a second builder waits, then finds the store finished."
-    import fcntl
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder/'.build.lock', 'w') as f:
-        try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f'token store: {folder} is being built by another process; waiting for it')
-            fcntl.flock(f, fcntl.LOCK_EX)
-        yield
-
-# %% ../nbs/01a_data.ipynb #0c4baafb
-def default_store_dir() -> Path:
-    "Where stores are built and found unless told otherwise: `<project>/stores` (ignored by git)."
-    return project_root()/'stores'
-
-
-def _store_plan(source: StoreSource, tokenizer, seed: int) -> tuple[list, dict]:
-    "The source's units in build order, and the manifest fields that say what the store holds."
-    units, content = (_hub_units if source.kind == 'fineweb-edu' else _finite_units)(source, seed)
-    tok_sha = tokenizer_sha(tokenizer)
-    head = dict(format=STORE_FORMAT, source=dataclasses.asdict(source), content_sha256=content, seed=seed,
-                units=len(units), dtype='uint16' if len(tokenizer) <= 2**16 else 'uint32',
-                tokenizer=dict(name=str(tokenizer.name_or_path), sha256=tok_sha, bos_token_id=tokenizer.bos_token_id,
-                               eos_token_id=tokenizer.eos_token_id, vocab_size=len(tokenizer)),
-                # what identifies the token stream (the same stream, however sharded or truncated)
-                store_id=hashlib.sha256(json.dumps([content, tok_sha, seed, STORE_FORMAT]).encode()).hexdigest()[:16])
-    return units, head
-
-
-def store_path(source: StoreSource, tokenizer, seed: int, store_dir: str | Path | None = None,
-               content: str | None = None) -> Path:
-    "The folder of the store of (source, tokenizer, seed) under `store_dir`: a readable name and a hash."
-    name = {'embedded': source.path, 'local': Path(source.path).name, 'fineweb-edu': f'fineweb-edu-{source.subset}'}[source.kind]
-    key = hashlib.sha256(json.dumps([dataclasses.asdict(source), tokenizer_sha(tokenizer), seed, content]).encode())
-    return Path(store_dir or default_store_dir())/f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}-seed{seed}-{key.hexdigest()[:10]}"
-
-
-def build_store(data: str | Path = EMBEDDED,       # 'embedded', 'fineweb-edu', or a local .txt/.jsonl file or folder
-                out: str | Path | None = None,    # the store folder; `store_path(...)` under `store_dir` when None
-                tokenizer=None,                   # a tokenizer or a name for `load_tokenizer` (the embedded one when None)
-                seed: int = 42,                   # fixes the order of units and of documents inside them
-                workers: int = 1,                 # tokenizing processes
-                subset: str | None = None,        # fineweb-edu subset (DEFAULT_FINEWEB_SUBSET when None)
-                repo: str | None = None,          # fineweb-edu: hub id or a local folder in the hub's layout
-                revision: str | None = None,      # fineweb-edu: hub revision
-                text_field: str = 'text',         # the column / .jsonl field holding the text
-                shard_tokens: int = DEFAULT_SHARD_TOKENS,  # tokens per shard (the last one holds the rest)
-                max_tokens: int | None = None,    # stop after this many tokens (None: the whole source)
-                store_dir: str | Path | None = None,  # where `out=None` puts it (`default_store_dir()` when None)
-               ) -> Path:
-    "Tokenize `data` into a token store, or finish (or grow) the store a killed build left in `out`; returns the folder."
-    if workers < 1 or shard_tokens < 1 or (max_tokens is not None and max_tokens < 1):
-        raise ConfigError(f'workers={workers}, shard_tokens={shard_tokens}, max_tokens={max_tokens}: each must be >= 1')
-    source = store_source(data, subset, repo, revision, text_field)
-    tok = tokenizer if tokenizer is not None and not isinstance(tokenizer, (str, Path)) else load_tokenizer(tokenizer)
-    units, head = _store_plan(source, tok, seed)
-    content = head['content_sha256'] if source.kind != 'fineweb-edu' else None
-    out = Path(out) if out is not None else store_path(source, tok, seed, store_dir, content)
-    with _build_lock(out):
-        m = _open_manifest(out, head, shard_tokens, max_tokens, tok)
-        if not m['complete']: _write_units(out, m, units, workers)
-    return out
-
-
-def _write_units(folder: Path, m: dict, units: list, workers: int) -> None:
-    "Tokenize the units from the manifest's cursor on into shards, then mark the store complete."
-    writer, t0, started = _ShardWriter(folder, m), time.perf_counter(), None
-    first, skip, before = m['cursor']['unit'], m['cursor']['token'], writer.written
-    for k, (tokens, starts) in enumerate(_tokenized(units[first:], folder/'tokenizer', m['source']['text_field'], workers)):
-        started = started or (time.perf_counter(), len(tokens) - skip)   # the workers are up: the first unit is back
-        if not writer.add(first + k, tokens, starts, skip if k == 0 else 0): break
-    if writer.fill: writer.flush()
-    if not writer.written: raise StoreError(f"{m['source']['path']}: no tokens (every document is empty)")
-    now, new = time.perf_counter(), writer.written - before
-    m['builds'].append(dict(workers=workers, tokens=new, seconds=round(now - t0, 3), host=platform.node(),
-                            tokens_per_s=round(new / max(now - t0, 1e-9)),     # start-up of the workers included
-                            steady_tokens_per_s=round((new - started[1]) / max(now - started[0], 1e-9)) if started else None))
-    m.update(complete=True, n_tokens=writer.written, n_documents=sum(s['documents'] for s in m['shards']))
-    m['tokens_per_document'] = m['n_tokens'] / max(m['n_documents'], 1)
-    atomic_write_json(folder/'manifest.json', m)
-
-# %% ../nbs/01a_data.ipynb #9d8cc140
-class TokenStore:
-    "A finished token store, read through memory maps: any token range, hence any row, in O(1)."
-    def __init__(self, folder: str | Path,  # a folder written by `build_store`
-                 verify: bool = True,       # check each shard's SHA-256 the first time this process opens it
-                ):
-        self.folder, self.verify, self._open = Path(folder), verify, {}
-        if not (self.folder/'manifest.json').is_file():
-            raise StoreError(f'{self.folder} is not a token store (no manifest.json); make one with '
-                             f'`python -m mlmclm.data build-store --out {self.folder} ...`')
-        self.manifest = m = _read_manifest(self.folder)
-        if not m['complete']:
-            raise StoreError(f"{self.folder}: the build has not finished ({len(m['shards'])} shards so far); rerun the "
-                             f"same `build-store` command to finish it")
-        _check_tokenizer(self.folder, m)
-        self.n_tokens, self.shard_tokens = m['n_tokens'], m['shard_tokens']
-        # every shard's header and size, and the totals: a few reads per shard, no data (checksums: `_shard`)
-        problem = next((p for s in m['shards'] if (p := _check_shard(self.folder, s, m['dtype'], checksums=False))), None)
-        if problem := problem or _layout_problem(m):
-            raise StoreError(f"{self.folder/'manifest.json'} does not match its shards: {problem}. Rerun `python -m "
-                             f"mlmclm.data build-store --out {self.folder}` with the options that built it (it keeps "
-                             f"every shard that passes its checksum and redoes the rest), or restore the manifest")
-
-    def __len__(self) -> int: return self.n_tokens
-    @property
-    def store_id(self) -> str: return self.manifest['store_id']
-
-    def _shard(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        if i not in self._open:
-            entry = self.manifest['shards'][i]
-            if self.verify and (problem := _check_shard(self.folder, entry, self.manifest['dtype'])):
-                raise StoreError(f'{problem}: the shard is corrupt; rerun `build-store` with --out {self.folder} '
-                                 f'to rebuild it from its first bad shard')
-            self._open[i] = tuple(np.load(self.folder/f"{entry['name']}.{part}.npy", mmap_mode='r')
-                                  for part in ('tokens', 'starts'))
-        return self._open[i]
-
-    def window(self, start: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-        "Tokens `[start, start + n)` of the endless stream (token `t` is store token `t mod len(store)`): ids (n,) int64, and (n,) True where a document begins."
-        ids, begins = np.empty(n, np.int64), np.zeros(n, bool)
-        done, pos = 0, start % self.n_tokens
-        while done < n:
-            shard, off = divmod(pos, self.shard_tokens)
-            tokens, starts = self._shard(shard)
-            take = min(n - done, len(tokens) - off)
-            if take <= 0: raise StoreError(f'{self.folder}: shard {shard} has no token {off:,}; its manifest is wrong')
-            ids[done:done + take] = tokens[off:off + take]
-            a, b = np.searchsorted(starts, [off, off + take])
-            begins[starts[a:b] - off + done] = True
-            done, pos = done + take, (pos + take) % self.n_tokens
-        return ids, begins
-
-    def rows(self, first_token: int,  # where row 0 begins (a run's `data_offset`)
-             first_row: int, n: int,   # rows `[first_row, first_row + n)`
-             seq_len: int) -> dict:
-        "`{'input_ids': (n, seq_len), 'document_ids': (n, seq_len)}` (int64), as `packed_rows` makes them."
-        ids, begins = self.window(first_token + first_row * seq_len, n * seq_len)
-        ids, begins = ids.reshape(n, seq_len), begins.reshape(n, seq_len)
-        docs = np.cumsum(begins, axis=1) - begins[:, :1]            # 0 for the row's first piece, then 1, 2, ...
-        return {'input_ids': torch.from_numpy(ids), 'document_ids': torch.from_numpy(docs)}
-
-# %% ../nbs/01a_data.ipynb #3e43c96a
-def open_store(data: str | Path,        # a store folder, or a source for `build_store` ('embedded', 'fineweb-edu', a path)
-               tokenizer,               # the run's tokenizer: the store must have been made with it
-               seed: int = 42,          # the build seed, when the store is found (or built) from a source
-               subset: str | None = None, text_field: str = 'text',
-               store_dir: str | Path | None = None,  # where stores of sources live (`default_store_dir()`)
-               workers: int = 1,        # tokenizing processes, when a finite source's store must be built
-              ) -> TokenStore:
-    "The store a run reads: `data` itself if it is a store, else the store of (data, tokenizer, seed), built first for a finite source."
-    if (Path(data)/'manifest.json').is_file(): store = TokenStore(data)
-    elif str(data) == 'fineweb-edu':
-        source = store_source(data, subset, text_field=text_field)
-        folder = store_path(source, tokenizer, seed, store_dir)
-        if not (folder/'manifest.json').is_file():
-            raise StoreError(f'no token store of {FINEWEB_EDU} {source.subset} at {folder}; build it first (hours, '
-                             f'once): python -m mlmclm.data build-store --source fineweb-edu --subset {source.subset} '
-                             f'--tokenizer {tokenizer.name_or_path} --seed {seed} --store-dir {folder.parent} --workers N')
-        store = TokenStore(folder)
-    else: store = TokenStore(build_store(data, None, tokenizer, seed, workers, text_field=text_field, store_dir=store_dir))
-    if store.manifest['tokenizer']['sha256'] != tokenizer_sha(tokenizer):
-        raise StoreError(f"{store.folder} was made with tokenizer {store.manifest['tokenizer']['name']!r}, not the "
-                         f"run's {tokenizer.name_or_path!r} (their definitions differ)")
-    return store
-
-# %% ../nbs/01a_data.ipynb #23785610
-def pipeline_throughput(data: str | Path = EMBEDDED,  # as in `packed_rows`
-                        tokenizer: str | Path | None = None,  # a name for `load_tokenizer` (loaded outside the timing)
-                        seq_len: int = 1024,          # tokens per row
-                        n_rows: int = 1000,           # rows to produce
-                        **source_kwargs) -> float:
-    "Tokens per second of tokenize + pack, from a fresh iterator and a freshly loaded tokenizer (no token cache)."
-    tok = load_tokenizer(tokenizer)
-    t = time.perf_counter()
-    n = sum(1 for _ in itertools.islice(packed_rows(data, tok, seq_len, **source_kwargs), n_rows))
-    return n * seq_len / (time.perf_counter() - t)
-
-# %% ../nbs/01a_data.ipynb #8f40f734
-def _token_count(text: str) -> int:
-    "A `--max-tokens` value: a whole number of tokens >= 1, written as an integer or a float (`1.3e11`)."
-    import argparse, math
-    try: n = float(text)
-    except ValueError: n = math.nan
-    if not (math.isfinite(n) and n >= 1 and n == int(n)):   # 1e400 is inf: int() would raise OverflowError
-        raise argparse.ArgumentTypeError(f'{text!r} is not a whole number of tokens >= 1 (e.g. 1.3e11)')
-    return int(n)
-
-
-def _cli() -> 'argparse.ArgumentParser':
-    import argparse
-    p = argparse.ArgumentParser(prog='python -m mlmclm.data', description='Build and check token stores.')
-    sub = p.add_subparsers(dest='command', required=True)
-    b = sub.add_parser('build-store', help='tokenize a source into a token store (resumes a killed build)')
-    b.add_argument('--source', default=EMBEDDED, help="'embedded', 'fineweb-edu', or a .txt/.jsonl file or folder")
-    b.add_argument('--subset', help=f'fineweb-edu subset (default {DEFAULT_FINEWEB_SUBSET})')
-    b.add_argument('--repo', help=f'fineweb-edu: hub id or a local folder in the hub layout (default {FINEWEB_EDU})')
-    b.add_argument('--revision', help='fineweb-edu: hub revision')
-    b.add_argument('--text-field', default='text')
-    b.add_argument('--tokenizer', help="name or folder for load_tokenizer (default: the embedded tokenizer)")
-    b.add_argument('--out', help='the store folder (default: <store-dir>/<source>-seed<seed>-<hash>)')
-    b.add_argument('--store-dir', help='where stores go when --out is not given (default <project>/stores)')
-    b.add_argument('--workers', type=int, default=1); b.add_argument('--seed', type=int, default=42)
-    b.add_argument('--shard-tokens', type=int, default=DEFAULT_SHARD_TOKENS)
-    b.add_argument('--max-tokens', type=_token_count, help='stop after this many tokens (e.g. 1.3e11)')
-    v = sub.add_parser('verify-store', help="check every shard's checksum and the manifest's totals")
-    v.add_argument('folder')
-    return p
-
-
-def verify_store(folder: str | Path) -> int:
-    "Print every problem of the store in `folder` (each shard's checksum, the manifest's totals); 1 if any, else 0."
-    folder = Path(folder)
-    m = _read_manifest(folder)
-    problems = [e for s in m['shards'] if (e := _check_shard(folder, s, m['dtype']))]
-    problems += [f"{folder/'manifest.json'}: {p}" for p in [_layout_problem(m)] if p]
-    problems += [p for p in [_tokenizer_problem(folder, m)] if p]
-    problems += [] if m['complete'] else [f'{folder}: the build has not finished; rerun its `build-store` command']
-    print('\n'.join(problems) or f"{folder}: {len(m['shards'])} shards, checksums match")
-    return 1 if problems else 0
-
-
-def main(argv: list[str] | None = None) -> None:
-    "`build-store ...` or `verify-store DIR`."
-    args = _cli().parse_args(argv)
-    try:
-        if args.command == 'verify-store':
-            raise SystemExit(verify_store(args.folder))
-        folder = build_store(args.source, args.out, args.tokenizer, args.seed, args.workers, args.subset, args.repo,
-                             args.revision, args.text_field, args.shard_tokens, args.max_tokens, args.store_dir)
-    except ConfigError as e: raise SystemExit(f'error: {e}') from None
-    m = read_json(folder/'manifest.json')
-    print(f"{folder}: {m['n_tokens']:,} tokens, {m['n_documents']:,} documents, {len(m['shards'])} shards; "
-          f"this build: {m['builds'][-1]['tokens_per_s']:,} tokens/s with {m['builds'][-1]['workers']} workers")
-
-# %% ../nbs/01a_data.ipynb #8f8db5c3
-# `python -m mlmclm.data`; not when this notebook itself runs (IPython sets builtins.__IPYTHON__)
-if __name__ == '__main__' and not hasattr(__import__('builtins'), '__IPYTHON__'): main()

@@ -867,7 +867,8 @@ def _study_data(study_dir: str | Path) -> str:
 
 def corpus_unigram_entropy(data: str = 'embedded') -> float:
     "The unigram entropy of the token store a run on `data` reads (the embedded corpus under its own tokenizer)."
-    from mlmclm.data import load_tokenizer, open_store
+    from mlmclm.data import load_tokenizer
+    from mlmclm.store import open_store
     store = open_store(data, load_tokenizer(data))
     return unigram_entropy(store.window(0, len(store))[0])
 

@@ -29,8 +29,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .core import (LEASE_S, ConfigError, atomic_path, atomic_write_json, config_hash, pick_device, pick_dtype,
+from .core import (ConfigError, atomic_path, atomic_write_json, config_hash, pick_device, pick_dtype,
                          project_root, read_json, seed_everything, write_run_record)
+from .claims import LEASE_S
 from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL_AXES
 from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir, sweep_settings
 from .model import (HEADS, Head, TaskModel, Transformer, build_model, check_checkpoint, check_finite_weights,

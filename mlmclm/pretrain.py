@@ -26,16 +26,17 @@ from pathlib import Path
 
 import torch
 
-from .core import (LEASE_S, ClaimHeld, ConfigError, append_jsonl, atomic_write_json, atomic_write_text,
-                         claim_holder, claim_state, config_help, parse_setting, pick_device, pick_dtype, read_json,
-                         read_jsonl, seed_everything, to_json, write_run_record)
+from .core import (ConfigError, append_jsonl, atomic_write_json, atomic_write_text, config_help, parse_setting,
+                         pick_device, pick_dtype, read_json, read_jsonl, seed_everything, to_json, write_run_record)
+from .claims import LEASE_S, ClaimHeld, claim_holder, claim_state
 from .vocab import OBJECTIVES, AdamW, Phase, parse_schedule, phase_at, switch_steps
 from .runs import PretrainConfig, grad_accum, pretrain_config, pretrain_run, tracker_names
 from .sizes import FLOP_CONVENTION, flops_per_token, memory_estimate, memory_line, model_config
 from .corpus import EMBEDDED_SOURCES
 from .model import (Transformer, attention_kernel, build_model, check_checkpoint, check_finite_weights, compile_blocks,
                           config_from_hf, default_backend, load, logged_losses, model_card, save)
-from .data import TokenStore, load_tokenizer, open_store
+from .data import load_tokenizer
+from .store import TokenStore, open_store
 from .objectives import MEASURED, adamw, attention_span, device_peak_flops, lm_loss, make_batch, wsd_schedule
 from .packing import to_device
 
@@ -685,7 +686,7 @@ class Run:
     run_id: str
     phases: list
     tokenizer: object
-    store: TokenStore        # the tokens this run reads (`mlmclm.data`)
+    store: TokenStore        # the tokens this run reads (`mlmclm.store`)
     raw_model: Transformer   # the plain module (sharded in place under FSDP)
     model: object            # what trains: `raw_model` compiled and wrapped by accelerate (DDP or FSDP2)
     optimizer: object
@@ -694,7 +695,7 @@ class Run:
     session: str = ''        # names this session's temporary folders (the main process's id, shared by all)
     data_offset: int = 0     # the store token where row 0 of this run begins
     grad_accum: int = 1      # micro-batches per step and process (`mlmclm.runs.grad_accum`)
-    claim: object = None     # the main process's claim on the run (`mlmclm.core.Claim`), held while it trains
+    claim: object = None     # the main process's claim on the run (`mlmclm.claims.Claim`), held while it trains
     memory: dict | None = None   # the estimated peak memory of one process (`mlmclm.sizes.memory_estimate`)
     heldout: dict = dataclasses.field(default_factory=dict)   # the held-out micro-batches of each phase, made once
     trackers: object = dataclasses.field(default_factory=lambda: Trackers(None, ''))   # experiment trackers (`log_with`)

@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .core import (HOST, ConfigError, WriteError, append_lines, git_commit, jsonl_rows, open_shared, read_shared,
-                         this_process, to_json, utc_now, warn_lines)
+from .core import (ConfigError, WriteError, append_lines, git_commit, jsonl_rows, open_shared, read_shared,
+                         to_json, warn_lines)
+from .claims import HOST, this_process, utc_now
 from .vocab import PROTOCOL_AXES
 from .runs import CELL, PER_DATASET, FinetuneRun, cell_differences, row_cell, run_key, shard_dir
 

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .core import (LEASE_S, ConfigError, atomic_write_text, build_config, claim_state, config_hash, param,
-                         project_root, try_claim)
+from .core import ConfigError, atomic_write_text, build_config, config_hash, param, project_root
+from .claims import LEASE_S, claim_state, try_claim
 from .vocab import (ADAMW, E3_STEPS, FINETUNE, FINETUNE_OPTIONS, PAPER_LRS, PAPER_SEEDS, PRETRAIN, PROTOCOL_AXES,
                           SIZE_ORDER, TRAIN_ON, check_protocol_axes, parse_run_name)
 
@@ -432,7 +432,7 @@ class PretrainRun:
         return 'done' if self.done else claim_status(self.claim_path, lease_s)
 
     def try_claim(self, lease_s: float = LEASE_S):
-        "This process's claim on the run (a `core.Claim`, released by its owner), or None if a live worker holds it."
+        "This process's claim on the run (a `mlmclm.claims.Claim`, released by its owner), or None if a live worker holds it."
         return try_claim(self.claim_path, lease_s, note=f'pretraining {self.run_id}')
 
 

@@ -22,7 +22,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .core import HOST, LEASE_S, ClaimHeld, ConfigError, atomic_write_text, project_root, read_json, read_jsonl
+from .core import ConfigError, atomic_write_text, project_root, read_json, read_jsonl
+from .claims import HOST, LEASE_S, ClaimHeld
 from .vocab import (CONTROL, FINETUNE, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN,
                           PROTOCOL_AXES, SIZE_ORDER, EMBEDDED_TASKS, Phase, RunName, check_protocol_axes, objective_of,
                           paper_experiments, parse_run_name, parse_schedule, run_name)

@@ -48,14 +48,14 @@ import json, os, re, resource, signal, sys
 import mlmclm.core as core
 job = json.loads(sys.argv[1])
 if job.get('kill_at_write'):
-    real, n = core._write_all, [0]
+    real, n = core.write_all, [0]
     def torn(fd, data):
         if re.search(job['kill_path'], os.readlink(f'/proc/self/fd/{fd}')):
             n[0] += 1
             if n[0] == job['kill_at_write']:
                 real(fd, data[:len(data) // 2]); os.kill(os.getpid(), signal.SIGKILL)
         real(fd, data)
-    core._write_all = torn
+    core.write_all = torn
 if job.get('fsize'):
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)            # so the kernel answers EFBIG instead of killing us
     resource.setrlimit(resource.RLIMIT_FSIZE, (job['fsize'], job['fsize']))
@@ -420,8 +420,8 @@ def test_compact_keeps_the_validation_and_test_scores_of_every_run(tmp_path):
 FROZEN_COMPACTION = r'''
 import os, signal, sys
 from contextlib import contextmanager
-import mlmclm.core as core
-core.HOST = 'frozen-host'                 # its claim looks like another host's: the lease decides when it is stale
+import mlmclm.claims as claims
+claims.HOST = 'frozen-host'                 # its claim looks like another host's: the lease decides when it is stale
 import mlmclm.compaction as comp
 real_claim, real_atomic, frozen = comp.claim, comp.atomic_path, []
 comp.claim = lambda path, lease_s=1800.0, note='': real_claim(path, lease_s=1, note=note)
@@ -612,21 +612,21 @@ def test_a_shard_whose_file_name_is_not_utf8_is_compacted(tmp_path):
 
 @pytest.mark.parametrize('lease', [None, 'soon', [1], -5])
 def test_a_claim_whose_lease_is_not_a_number_is_read(tmp_path, lease):
-    import mlmclm.core as core
+    import mlmclm.claims as claims
     store = tmp_path/'results.jsonl'
     c = store.with_suffix('.d')/'claims'/'x.claim'; c.parent.mkdir(parents=True)
     c.write_text(json.dumps(dict(host='elsewhere', pid=5, lease_s=lease)))
-    assert core.claim_state(c, 60)[0] == 'running'              # fresh: the caller's lease applies
+    assert claims.claim_state(c, 60)[0] == 'running'              # fresh: the caller's lease applies
     assert comp.store_health(store)['claims'] == {'running': 1}
     os.utime(c, (time.time() - 120, time.time() - 120))
-    assert core.claim_state(c, 60)[0] == 'stale'
-    held = core.try_claim(c, 60)
+    assert claims.claim_state(c, 60)[0] == 'stale'
+    held = claims.try_claim(c, 60)
     assert held is not None; held.release()
 
 
 def test_workers_recreate_a_deleted_claims_folder(tmp_path, monkeypatch):
     import shutil
-    import mlmclm.core as core
+    import mlmclm.claims as claims
     store = tmp_path/'results.jsonl'
     path = work_claim_path(store, 'unit')
     for name in ('_create_exclusive', 'fs_now'):                # `rm -rf results.d/claims` at the worst moments
@@ -634,11 +634,11 @@ def test_workers_recreate_a_deleted_claims_folder(tmp_path, monkeypatch):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(dict(host='elsewhere', pid=1, lease_s=1)))
             os.utime(path, (time.time() - 60, time.time() - 60))
-        real, calls = getattr(core, name), []
+        real, calls = getattr(claims, name), []
         def removing(*a, real=real, calls=calls, **k):
             if not calls: calls.append(1); shutil.rmtree(path.parent, ignore_errors=True)
             return real(*a, **k)
-        monkeypatch.setattr(core, name, removing)
+        monkeypatch.setattr(claims, name, removing)
         with claim_work(store, 'unit', lease_s=60) as mine: assert mine, name
         monkeypatch.undo()
         assert calls and not path.exists()

@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from mlmclm.core import ConfigError, ClaimHeld, project_root, read_jsonl
+from mlmclm.core import ConfigError, project_root, read_jsonl
+from mlmclm.claims import ClaimHeld
 from mlmclm.pretrain import pretrain
 from mlmclm.results import StoreWriter, missing, read_rows
 from mlmclm.runs import PretrainRun, finetune_config, finetune_runs, pretrain_config

@@ -181,18 +181,19 @@ def test_a_default_cache_folder_others_can_write_is_not_used(tmp_path, monkeypat
 
 # ---- issue 34 item 10 (N25, N26): clear errors ------------------------------------------------------------------
 import mlmclm.data as data
+import mlmclm.store as token_store
 import mlmclm.results as res
 
 
 @pytest.mark.parametrize('value', ['1e400', '-1e400', 'inf', 'nan', '0', '2.5', 'abc'])
 def test_build_store_max_tokens_out_of_range_is_a_usage_error(value, capsys):
-    with pytest.raises(SystemExit) as e: data.main(['build-store', f'--max-tokens={value}'])
+    with pytest.raises(SystemExit) as e: token_store.main(['build-store', f'--max-tokens={value}'])
     assert e.value.code == 2
     assert f"argument --max-tokens: {value!r} is not a whole number of tokens >= 1" in capsys.readouterr().err
 
 
 def test_build_store_max_tokens_accepts_floats_that_are_whole():
-    args = data._cli().parse_args(['build-store', '--max-tokens', '1.3e11'])
+    args = token_store._cli().parse_args(['build-store', '--max-tokens', '1.3e11'])
     assert args.max_tokens == 130_000_000_000 and type(args.max_tokens) is int
 
 
@@ -236,42 +237,42 @@ def _swap_the_and(folder):
 
 @pytest.fixture
 def store(tmp_path):
-    return data.build_store('embedded', tmp_path/'st', shard_tokens=20_000, max_tokens=60_000)
+    return token_store.build_store('embedded', tmp_path/'st', shard_tokens=20_000, max_tokens=60_000)
 
 
 def test_the_manifest_records_each_tokenizer_file(store):
     files = read_json(store/'manifest.json')['tokenizer']['files']
-    assert files == data.tokenizer_files(store/'tokenizer') and 'tokenizer.json' in files
+    assert files == token_store.tokenizer_files(store/'tokenizer') and 'tokenizer.json' in files
 
 
 def test_a_swapped_tokenizer_is_refused_at_open_on_growth_and_by_verify(store, capsys):
     edited = _swap_the_and(store)
     want = f'{edited} differs from the manifest'
-    with pytest.raises(data.StoreError, match=want): data.TokenStore(store)
-    with pytest.raises(data.StoreError, match=want): data.open_store(store, data.load_tokenizer('embedded'))
+    with pytest.raises(token_store.StoreError, match=want): token_store.TokenStore(store)
+    with pytest.raises(token_store.StoreError, match=want): token_store.open_store(store, data.load_tokenizer('embedded'))
     shards = read_json(store/'manifest.json')['shards']
-    with pytest.raises(data.StoreError, match=want):
-        data.build_store('embedded', store, shard_tokens=20_000, max_tokens=120_000)   # N12: grown with "and" for "the"
+    with pytest.raises(token_store.StoreError, match=want):
+        token_store.build_store('embedded', store, shard_tokens=20_000, max_tokens=120_000)   # N12: grown with "and" for "the"
     assert read_json(store/'manifest.json')['shards'] == shards   # nothing written
-    assert data.verify_store(store) == 1 and want in capsys.readouterr().out
+    assert token_store.verify_store(store) == 1 and want in capsys.readouterr().out
 
 
 def test_an_extra_or_missing_tokenizer_file_is_named(store):
     (store/'tokenizer'/'added_tokens.json').write_text('{"the": 5}')
-    with pytest.raises(data.StoreError, match=r'tokenizer/added_tokens.json is not in the manifest'): data.TokenStore(store)
+    with pytest.raises(token_store.StoreError, match=r'tokenizer/added_tokens.json is not in the manifest'): token_store.TokenStore(store)
     (store/'tokenizer'/'added_tokens.json').unlink(); (store/'tokenizer'/'tokenizer_config.json').unlink()
-    with pytest.raises(data.StoreError, match=r'tokenizer/tokenizer_config.json is missing'): data.TokenStore(store)
+    with pytest.raises(token_store.StoreError, match=r'tokenizer/tokenizer_config.json is missing'): token_store.TokenStore(store)
 
 
 def test_an_older_manifest_stays_readable_and_is_checked_by_definition(store):
     m = read_json(store/'manifest.json'); del m['tokenizer']['files']; atomic_write_json(store/'manifest.json', m)
-    assert len(data.TokenStore(store)) == 60_000                           # readable: the definition matches
-    data.build_store('embedded', store, shard_tokens=20_000, max_tokens=80_000)   # growing records the files from now on
-    assert read_json(store/'manifest.json')['tokenizer']['files'] == data.tokenizer_files(store/'tokenizer')
+    assert len(token_store.TokenStore(store)) == 60_000                           # readable: the definition matches
+    token_store.build_store('embedded', store, shard_tokens=20_000, max_tokens=80_000)   # growing records the files from now on
+    assert read_json(store/'manifest.json')['tokenizer']['files'] == token_store.tokenizer_files(store/'tokenizer')
     m = read_json(store/'manifest.json'); del m['tokenizer']['files']; atomic_write_json(store/'manifest.json', m)
     _swap_the_and(store)
-    with pytest.raises(data.StoreError, match=r"tokenizer defines another tokenizer .* than the manifest's"):
-        data.TokenStore(store)
+    with pytest.raises(token_store.StoreError, match=r"tokenizer defines another tokenizer .* than the manifest's"):
+        token_store.TokenStore(store)
 
 
 # ---- issue 33 item 13: datasets at a pinned revision, the revision loaded recorded ------------------------------

@@ -2,9 +2,12 @@
 private names, functions stay short, and modules import only from lower floors."""
 import ast
 import configparser
+import json
 import re
+import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,8 +23,8 @@ def _tree(path): return ast.parse(path.read_text(encoding='utf-8'))
 
 
 # what needs no torch: the settings and names of the study, the planner, the task registry, the results store, the figures
-LIGHT = ['core', 'vocab', 'runs', 'corpus', 'sizes', 'task_data', 'tasks', 'results', 'compaction', 'aggregation', 'paper_runs',
-         'study', 'figures']
+LIGHT = ['core', 'claims', 'vocab', 'runs', 'corpus', 'sizes', 'task_data', 'tasks', 'results', 'compaction', 'aggregation',
+         'paper_runs', 'study', 'figures']
 
 
 def _imports(tree: ast.Module):
@@ -129,3 +132,40 @@ def test_no_private_names_across_modules():
         found += [f'{path.name}:{n.lineno} {n.value.id}.{n.attr}' for n in ast.walk(tree) if isinstance(n, ast.Attribute)
                   and isinstance(n.value, ast.Name) and n.value.id in ours and private(n.attr)]
     assert not found, f'private names used across modules: {found}'
+
+
+# rooms: a module does one job (issue 36); an exported cell holds one definition, shown by the cells below it
+MAX_MODULE_LINES, MAX_CELL_MEDIAN, MAX_CELL_LINES = 600, 15, 60
+
+
+def _exported_cells(nb: Path) -> list[int]:
+    "Line counts of `nb`'s exported cells, its `#|` directives left out."
+    cells = json.loads(nb.read_text(encoding='utf-8'))['cells']
+    sources = [''.join(c['source']) for c in cells if c['cell_type'] == 'code']
+    return [sum(not line.lstrip().startswith('#|') for line in s.splitlines()) for s in sources
+            if re.match(r'\s*#\|\s*export', s)]
+
+
+def test_no_module_over_600_lines():
+    big = {p.name: n for p in MODULES if (n := len(p.read_text(encoding='utf-8').splitlines())) > MAX_MODULE_LINES}
+    assert not big, f'modules over {MAX_MODULE_LINES} lines (split the room along a seam, as a new notebook): {big}'
+
+
+@pytest.mark.parametrize('nb', sorted(p.name for p in (ROOT/'nbs').glob('[0-9]*.ipynb')))
+def test_exported_cells_are_short(nb):
+    sizes = _exported_cells(ROOT/'nbs'/nb)
+    if not sizes: return
+    assert statistics.median(sizes) <= MAX_CELL_MEDIAN, f'{nb}: median exported cell {statistics.median(sizes)} lines'
+    assert max(sizes) <= MAX_CELL_LINES, f'{nb}: an exported cell of {max(sizes)} lines (at most {MAX_CELL_LINES})'
+
+
+def test_cell_rule_counts_what_it_says():
+    "The counter leaves out directives and non-exported cells, and a long cell fails the rule."
+    nb = {'cells': [{'cell_type': 'code', 'source': ['#| export\n', 'a = 1\n', 'b = 2']},
+                    {'cell_type': 'code', 'source': ['x = 1\n'] * 80},
+                    {'cell_type': 'markdown', 'source': ['#| export\n', 'text']}]}
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d)/'99_x.ipynb'; path.write_text(json.dumps(nb), encoding='utf-8')
+        assert _exported_cells(path) == [2]
+        nb['cells'][1]['source'].insert(0, '#| export\n'); path.write_text(json.dumps(nb), encoding='utf-8')
+        assert _exported_cells(path) == [2, 80] and max(_exported_cells(path)) > MAX_CELL_LINES

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mlmclm.core import ClaimHeld, ConfigError, HOST, project_root, read_jsonl, to_json, try_claim
+from mlmclm.core import ConfigError, project_root, read_jsonl, to_json
+from mlmclm.claims import ClaimHeld, HOST, try_claim
 from mlmclm.model import load
 from mlmclm.results import read_rows
 from mlmclm.runs import PretrainRun, pretrain_config, run_key
@@ -112,7 +113,7 @@ def test_a_pretraining_claim_that_is_not_json_is_named_with_how_to_clear_it(tmp_
 
 _HOLDER = """
 import signal, sys, time
-from mlmclm.core import try_claim
+from mlmclm.claims import try_claim
 if sys.argv[2] == 'handler': signal.signal(signal.SIGTERM, lambda *a: print('own handler', flush=True))
 held = try_claim(sys.argv[1]).release_on_sigterm()
 print('held', flush=True)

@@ -20,7 +20,8 @@ import mlmclm.results as res
 import mlmclm.compaction as comp
 import mlmclm.aggregation as aggr
 from mlmclm import core
-from mlmclm.core import ConfigError, UnreadableFile, build_config, notebook_config, read_shared, try_claim
+from mlmclm.core import ConfigError, UnreadableFile, build_config, notebook_config, read_shared
+from mlmclm.claims import try_claim
 from mlmclm.runs import FinetuneConfig, FinetuneRun, PretrainConfig, row_cell, run_key, sweep_settings, work_claim_path
 
 BASE = dict(checkpoint_name='610m-clm-42k', dataset='sst2', family='SC', lr=1e-5, best_step=None, steps=1)
@@ -255,8 +256,8 @@ def test_legacy_examples_file_is_named_when_damaged(tmp_path):
         res.read_examples(store)
 
 
-# the rule: no other read of a shared file in core, runs, results and compaction ------------------------------------
-@pytest.mark.parametrize('module', ['core', 'runs', 'results', 'compaction'])
+# the rule: no other read of a shared file in core, claims, runs, results and compaction ----------------------------
+@pytest.mark.parametrize('module', ['core', 'claims', 'runs', 'results', 'compaction'])
 def test_shared_files_are_read_only_through_read_shared(module):
     "Every file these modules read comes through `core.read_shared`/`open_shared` (regular files, bounded, never blocking)."
     tree = ast.parse((Path(core.__file__).parent/f'{module}.py').read_text())

@@ -12,7 +12,8 @@ import torch
 
 from mlmclm.core import project_root, read_json, read_jsonl
 from mlmclm.corpus import embedded_documents
-from mlmclm.data import build_store, load_tokenizer
+from mlmclm.data import load_tokenizer
+from mlmclm.store import build_store
 from fake_hub import write_hub_layout
 from mlmclm.model import load
 
@@ -25,7 +26,7 @@ def _shas(folder):
 
 def test_a_build_killed_with_sigkill_resumes_to_the_same_bytes(tmp_path):
     straight = build_store('embedded', tmp_path/'straight', shard_tokens=40_000)
-    cmd = [sys.executable, '-m', 'mlmclm.data', 'build-store', '--out', str(tmp_path/'killed'), '--shard-tokens', '40000']
+    cmd = [sys.executable, '-m', 'mlmclm.store', 'build-store', '--out', str(tmp_path/'killed'), '--shard-tokens', '40000']
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     manifest, deadline = tmp_path/'killed'/'manifest.json', time.time() + 120
     def shards():
@@ -121,7 +122,7 @@ import shutil
 import pytest
 
 from mlmclm.core import atomic_write_json
-from mlmclm.data import StoreError, TokenStore, main as data_main
+from mlmclm.store import StoreError, TokenStore, main as data_main
 
 SHARD = 40_000
 
@@ -227,7 +228,7 @@ def test_item20_a_torn_or_corrupt_manifest_is_named_by_the_reader_the_builder_an
 @pytest.mark.slow
 def test_item14_a_build_killed_under_one_cap_and_resumed_under_a_smaller_one_stops_there_or_refuses(tmp_path):
     "A real SIGKILL at a random point of a build capped at 1M tokens, resumed with --max-tokens 200000."
-    cmd = [sys.executable, '-m', 'mlmclm.data', 'build-store', '--out', str(tmp_path/'s'), '--shard-tokens', str(SHARD)]
+    cmd = [sys.executable, '-m', 'mlmclm.store', 'build-store', '--out', str(tmp_path/'s'), '--shard-tokens', str(SHARD)]
     proc = subprocess.Popen([*cmd, '--max-tokens', '1000000'], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     target, deadline = random.Random().randint(1, 8), time.time() + 120     # shards written before the kill
     def shards():
