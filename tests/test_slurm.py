@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from mlmclm.core import ClaimHeld, ConfigError, HOST, project_root, read_jsonl, to_json, try_claim
-from mlmclm.model import load
+from mlmclm.checkpoints import load
 from mlmclm.results import read_rows
 from mlmclm.runs import PretrainRun, pretrain_config, run_key
 from mlmclm.pretrain import pretrain

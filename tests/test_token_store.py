@@ -14,7 +14,7 @@ from mlmclm.core import project_root, read_json, read_jsonl
 from mlmclm.corpus import embedded_documents
 from mlmclm.data import build_store, load_tokenizer
 from fake_hub import write_hub_layout
-from mlmclm.model import load
+from mlmclm.checkpoints import load
 
 ROOT = project_root()
 
