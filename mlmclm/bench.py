@@ -32,8 +32,9 @@ from .vocab import ADAMW, FINETUNE, OBJECTIVES, Phase, objective_of
 from .corpus import EMBEDDED, embedded_documents
 from .sizes import (ATTN_BACKENDS, FLOP_CONVENTION, LLAMA3_VOCAB_SIZE, MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU,
                           fit_settings, flops_per_token, model_config)
-from .model import (HostSyncs, TaskModel, Transformer, attention_kernel, build_model, compile_blocks, config_from_hf,
-                          default_backend, load, mean_pool, save, to_llama_config_dict)
+from .model import (HostSyncs, TaskModel, Transformer, attention_kernel, build_model, compile_blocks,
+                          default_backend, mean_pool, to_llama_config_dict)
+from .checkpoints import config_from_hf, load, save
 from .data import load_tokenizer, packed_rows, tokenize
 from .store import TokenStore, build_store, pipeline_throughput
 from .objectives import (IGNORE, MEASURED, MemoryMeter, adamw, attention_span, chunked_cross_entropy,

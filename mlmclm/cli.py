@@ -24,8 +24,8 @@ COMMANDS = {
     'bench': ('mlmclm.bench', [], "throughput against Hugging Face's Llama, or fine-tuning against transformers.Trainer"),
     'pretrain': ('mlmclm.pretrain', [], 'one pretraining run from key=value settings, or the demo schedules'),
     'data': ('mlmclm.store', [], 'build or verify a token store'),
-    'push': ('mlmclm.model', ['push'], 'upload a checkpoint folder to a Hugging Face model repository (push CHECKPOINT REPO)'),
-    'merge': ('mlmclm.model', ['merge'], 'a linear merge of checkpoints of one shape: merge OUT CKPT:W CKPT:W ...'),
+    'push': ('mlmclm.checkpoints', ['push'], 'upload a checkpoint folder to a Hugging Face model repository (push CHECKPOINT REPO)'),
+    'merge': ('mlmclm.checkpoints', ['merge'], 'a linear merge of checkpoints of one shape: merge OUT CKPT:W CKPT:W ...'),
 }
 
 # (command, subcommand) -> the module whose `main(argv)` runs it, when a later module than the command's

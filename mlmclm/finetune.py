@@ -34,8 +34,8 @@ from .core import (ConfigError, atomic_path, atomic_write_json, config_hash, pic
 from .claims import LEASE_S
 from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL_AXES
 from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir, sweep_settings
-from .model import (HEADS, Head, TaskModel, Transformer, build_model, check_checkpoint, check_finite_weights,
-                          compile_blocks, default_backend, layout_of, load, save)
+from .model import HEADS, Head, TaskModel, Transformer, build_model, compile_blocks, default_backend, layout_of
+from .checkpoints import check_checkpoint, check_finite_weights, load, save
 from .data import load_tokenizer, tokenizer_sha
 from .objectives import activation_bytes, adamw
 from .pretrain import Trackers

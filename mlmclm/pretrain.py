@@ -33,8 +33,9 @@ from .vocab import OBJECTIVES, AdamW, Phase, parse_schedule, phase_at, switch_st
 from .runs import PretrainConfig, grad_accum, pretrain_config, pretrain_run, tracker_names
 from .sizes import FLOP_CONVENTION, flops_per_token, memory_estimate, memory_line, model_config
 from .corpus import EMBEDDED_SOURCES
-from .model import (Transformer, attention_kernel, build_model, check_checkpoint, check_finite_weights, compile_blocks,
-                          config_from_hf, default_backend, load, logged_losses, model_card, save)
+from .model import Transformer, attention_kernel, build_model, compile_blocks, default_backend
+from .checkpoints import (check_checkpoint, check_finite_weights, config_from_hf, load, logged_losses, model_card,
+                                save)
 from .data import load_tokenizer
 from .store import TokenStore, open_store
 from .objectives import MEASURED, adamw, attention_span, device_peak_flops, lm_loss, make_batch, wsd_schedule

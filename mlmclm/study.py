@@ -405,7 +405,7 @@ def precision_ablation_plan(checkpoints: tuple = ABLATION_CHECKPOINTS,
 # %% ../nbs/04_study.ipynb #db4cd142
 @dataclass(frozen=True)
 class Merge:
-    "A checkpoint a plan makes by merging others (`mlmclm.model.merge_checkpoints`) before fine-tuning it."
+    "A checkpoint a plan makes by merging others (`mlmclm.checkpoints.merge_checkpoints`) before fine-tuning it."
     name: str           # its evaluation point's name, and its folder under <study>/merges
     parents: tuple      # (checkpoint folder or hub id, weight) pairs
     size: str           # the parents' size (for the price)
@@ -452,7 +452,7 @@ def point_checkpoint(plan: StudyPlan, e: EvalPoint, root: Path) -> str:
 
 def _same_merge(folder: Path, m: Merge) -> bool:
     "Whether `folder` holds merge `m` (the parents and weights its mlmclm.json records)."
-    from .model import merge_record   # here, not at import: `mlmclm plan` never loads torch
+    from .checkpoints import merge_record   # here, not at import: `mlmclm plan` never loads torch
     rec = merge_record(folder) if folder.is_dir() else None
     return rec is not None and ([(p['checkpoint'], p['weight']) for p in rec['parents']] ==
                                 [(str(c), float(w)) for c, w in m.parents])
@@ -461,7 +461,7 @@ def _same_merge(folder: Path, m: Merge) -> bool:
 def make_merge(m: Merge, root: Path) -> Path:
     "Merge `m` into the study folder unless it is there already (with the same parents and weights: else an error)."
     import shutil
-    from .model import merge_checkpoints
+    from .checkpoints import merge_checkpoints
     folder = merge_dir(root, m.name)
     if _same_merge(folder, m): return folder
     if folder.exists(): raise ConfigError(f'{folder} holds another merge than the plan\'s {m.name} ({list(m.parents)}): '

@@ -9,7 +9,7 @@ Install once, into the project's environment:
 pip cannot express "this package without its dependencies" in `settings.ini`, so only `gguf` (which transformers
 needs to read the file) is a dev requirement. The package ships `SmolLM2-135M-Instruct.Q4_1.gguf` (4-bit weights,
 about 100 MB); transformers dequantizes it to float32 (`from_pretrained(folder, gguf_file=...)`), and the result is
-saved once as a plain Llama folder under `runs/` (about 540 MB) that both mlmclm (`mlmclm.model.load`) and
+saved once as a plain Llama folder under `runs/` (about 540 MB) that both mlmclm (`mlmclm.checkpoints.load`) and
 transformers read. Any test or benchmark may reuse it: `from smollm2 import smollm2_llama_folder` (the tests folder
 is on `sys.path` through `conftest.py`)."""
 import json

@@ -89,7 +89,7 @@ def test_the_snippets_model_is_the_bidirectional_model_also_for_a_clm_checkpoint
     "`is_causal=False` in the snippet: transformers computes what our model computes bidirectionally (step 2 is CLM-trained)."
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from mlmclm.model import load
+    from mlmclm.checkpoints import load
     folder = run_folder/'checkpoints'/'step-2'
     assert '"is_causal": true' in (folder/'config.json').read_text()
     ids = AutoTokenizer.from_pretrained(folder)('To be, or not to be, that is', return_tensors='pt')['input_ids']

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from mlmclm.core import ConfigError, build_config, project_root, read_json, read_jsonl
-from mlmclm.model import build_model, check_checkpoint, load, save
+from mlmclm.model import build_model
+from mlmclm.checkpoints import check_checkpoint, load, save
 from mlmclm.pretrain import PretrainConfig, check_pretrain_config, pretrain
 
 ROOT = project_root()

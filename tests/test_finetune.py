@@ -12,7 +12,8 @@ from mlmclm.core import ConfigError, build_config, project_root, read_jsonl
 from mlmclm.data import load_tokenizer
 from mlmclm.finetune import FinetuneConfig, check_finetune_config
 from mlmclm.results import load_results
-from mlmclm.model import build_model, save
+from mlmclm.model import build_model
+from mlmclm.checkpoints import save
 
 ROOT = project_root()
 

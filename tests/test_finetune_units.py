@@ -6,7 +6,8 @@ import torch.nn.functional as F
 import mlmclm.finetune as ft
 from mlmclm.results import read_rows
 from mlmclm.data import load_tokenizer
-from mlmclm.model import TaskModel, load
+from mlmclm.model import TaskModel
+from mlmclm.checkpoints import load
 from mlmclm.tasks import TASKS
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mlmclm.core import build_config, project_root, read_json, read_jsonl
-from mlmclm.model import load
+from mlmclm.checkpoints import load
 from mlmclm.pretrain import pretrain
 from mlmclm.runs import PretrainConfig
 

@@ -1,4 +1,4 @@
-"""Issue 37 item 3: checkpoint merging as a baseline (`mlmclm.model.merge_checkpoints`, `mlmclm merge`, the `merging`
+"""Issue 37 item 3: checkpoint merging as a baseline (`mlmclm.checkpoints.merge_checkpoints`, `mlmclm merge`, the `merging`
 preset of `mlmclm.study`)."""
 import dataclasses
 import json
@@ -10,7 +10,8 @@ import torch
 
 from mlmclm.cli import main as cli_main
 from mlmclm.core import ConfigError, build_config, read_json
-from mlmclm.model import build_model, load, merge_checkpoints, merge_record, parity_error, save
+from mlmclm.model import build_model
+from mlmclm.checkpoints import load, merge_checkpoints, merge_record, parity_error, save
 from mlmclm.runs import finetune_config
 from mlmclm.study import (PRESETS, describe, finetune_jobs, finetune_params, get_plan, launch, make_merges, merge_dir,
                           merging_plan, select)
@@ -176,7 +177,7 @@ def test_the_plan_makes_its_merges_first_once_and_whole(parents, tmp_path, monke
     assert (folder/'model.safetensors').stat().st_mtime_ns == stamp
     # a merge killed while writing leaves no folder: the next call makes it whole
     shutil.rmtree(folder)
-    monkeypatch.setattr('mlmclm.model.save', lambda *a, **k: (_ for _ in ()).throw(OSError('disk gone')))
+    monkeypatch.setattr('mlmclm.checkpoints.save', lambda *a, **k: (_ for _ in ()).throw(OSError('disk gone')))
     with pytest.raises(OSError, match='disk gone'): make_merges(plan, root)
     assert not folder.exists() and not list(folder.parent.glob('.*'))
     monkeypatch.undo()

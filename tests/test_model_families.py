@@ -1,4 +1,4 @@
-"""Loading Hugging Face Llama-family decoders through `mlmclm.model.load`: logits must match transformers itself."""
+"""Loading Hugging Face Llama-family decoders through `mlmclm.checkpoints.load`: logits must match transformers itself."""
 import json
 
 import pytest
@@ -7,7 +7,8 @@ import transformers
 from safetensors.torch import save_file
 
 from mlmclm.core import ConfigError
-from mlmclm.model import build_model, load, parity_error, save
+from mlmclm.model import build_model
+from mlmclm.checkpoints import load, parity_error, save
 
 SMALL = dict(vocab_size=103, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2)

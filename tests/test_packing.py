@@ -6,7 +6,8 @@ import dataclasses
 import pytest
 import torch
 
-from mlmclm.model import POOLINGS, TaskModel, Transformer, build_model, layout_of, load, save
+from mlmclm.model import POOLINGS, TaskModel, Transformer, build_model, layout_of
+from mlmclm.checkpoints import load, save
 from mlmclm.objectives import IGNORE
 from mlmclm.packing import (batch_backward, cached_infonce, collate_packed, collate_padded, head_loss, unpack_examples,
                             unpack_tokens)

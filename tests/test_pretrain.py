@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mlmclm.core import ConfigError, build_config, project_root, read_jsonl
-from mlmclm.model import load
+from mlmclm.checkpoints import load
 from mlmclm.pretrain import check_pretrain_config, pretrain
 from mlmclm.runs import PretrainConfig, grad_accum, paper_preset, pretrain_config
 from mlmclm.study import demo_plan, main, paper_plan, pretrain_job_specs
@@ -94,7 +94,8 @@ def test_committed_paper_configs_match_the_code():
 def test_a_start_checkpoint_with_a_nan_weight_is_refused_naming_it(tmp_path):
     """A start checkpoint with one NaN weight is refused before training, naming the tensor (the non-finite loss of a
     run that diverges is tested in test_pretrain_attack3's n18/n19 cases)."""
-    from mlmclm.model import build_model, save
+    from mlmclm.model import build_model
+    from mlmclm.checkpoints import save
     model = build_model('tiny', vocab_size=256)
     with torch.no_grad(): model.model.layers[0].mlp.up_proj.weight[0, 0] = float('nan')
     save(model, tmp_path/'nan-ckpt')

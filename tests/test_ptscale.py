@@ -15,7 +15,7 @@ import torch
 
 import mlmclm.pretrain as P
 from mlmclm.core import project_root, read_json, read_jsonl
-from mlmclm.model import load
+from mlmclm.checkpoints import load
 from mlmclm.runs import pretrain_config
 from mlmclm.sizes import flops_per_token
 

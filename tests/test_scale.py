@@ -128,7 +128,8 @@ def test_the_1b_preset_is_the_authors_26_layer_shape_and_the_old_one_is_kept():
 
 def _hub_release(cache, name: str, cfg=None, model=None) -> None:
     "A hub cache holding `MLMvsCLM/<name>` as `snapshot_download` leaves it: refs/main and one snapshot."
-    from mlmclm.model import save, to_llama_config_dict
+    from mlmclm.model import to_llama_config_dict
+    from mlmclm.checkpoints import save
     repo = cache/f'models--MLMvsCLM--{name}'
     snap = repo/'snapshots'/('0' * 40)
     (repo/'refs').mkdir(parents=True); (repo/'refs'/'main').write_text('0' * 40)
@@ -139,7 +140,7 @@ def _hub_release(cache, name: str, cfg=None, model=None) -> None:
 
 def test_loading_a_release_warns_where_its_shape_differs_from_our_preset(tmp_path, monkeypatch):
     import huggingface_hub.constants
-    from mlmclm.model import load
+    from mlmclm.checkpoints import load
     monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_CACHE', str(tmp_path))
     monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_OFFLINE', True)
     _hub_release(tmp_path, '1b-mlm40-42k', cfg=model_config('1.2b'))            # the config alone: the 1b's weights are 4 GB

@@ -23,7 +23,7 @@ import torch
 
 from mlmclm.core import ConfigError, project_root, read_jsonl, to_json
 from mlmclm.claims import ClaimHeld, HOST, try_claim
-from mlmclm.model import load
+from mlmclm.checkpoints import load
 from mlmclm.results import read_rows
 from mlmclm.runs import PretrainRun, pretrain_config, run_key
 from mlmclm.pretrain import pretrain

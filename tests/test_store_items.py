@@ -40,7 +40,8 @@ def row(ck='m', ds='sst2', lr=1e-4, seed=0, val=.8, test=.7, family='SC', **kw):
 def tiny_checkpoint(folder, run_id='r', step=20, fill=None, seed=0):
     "A saved tiny model with pretraining metadata, as `pretrain` keeps it under checkpoints/step-<N>."
     from mlmclm.data import load_tokenizer
-    from mlmclm.model import build_model, save
+    from mlmclm.model import build_model
+    from mlmclm.checkpoints import save
     tok = load_tokenizer('embedded')
     torch.manual_seed(seed)
     model = build_model('tiny', vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,

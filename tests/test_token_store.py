@@ -15,7 +15,7 @@ from mlmclm.corpus import embedded_documents
 from mlmclm.data import load_tokenizer
 from mlmclm.store import build_store
 from fake_hub import write_hub_layout
-from mlmclm.model import load
+from mlmclm.checkpoints import load
 
 ROOT = project_root()
 

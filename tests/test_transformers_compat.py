@@ -1,5 +1,5 @@
 """Our checkpoints in plain transformers: the fill-mask pipeline opens a checkpoint once `save`, `load` or
-`register_with_transformers` has registered the masked-LM view of Llama; importing `mlmclm.model` registers nothing."""
+`register_with_transformers` has registered the masked-LM view of Llama; importing `mlmclm.checkpoints` registers nothing."""
 import subprocess
 import sys
 from pathlib import Path
@@ -8,7 +8,8 @@ import torch
 import transformers
 
 from mlmclm.data import load_tokenizer
-from mlmclm.model import build_model, save
+from mlmclm.model import build_model
+from mlmclm.checkpoints import save
 
 
 def test_fill_mask_pipeline_opens_an_mlm_checkpoint(tmp_path):
@@ -28,14 +29,14 @@ def test_fill_mask_pipeline_opens_an_mlm_checkpoint(tmp_path):
 
 
 def test_importing_the_model_changes_nothing_in_transformers():
-    "Registration is a call (`save` and `load` make it), not a side effect of `import mlmclm.model`."
+    "Registration is a call (`save` and `load` make it), not a side effect of `import mlmclm.checkpoints`."
     code = ("from transformers import AutoModelForMaskedLM, LlamaConfig\n"
-            "import mlmclm.model\n"
+            "import mlmclm.checkpoints\n"
             "cfg = LlamaConfig(vocab_size=16, hidden_size=8, intermediate_size=16, num_hidden_layers=1,\n"
             "                  num_attention_heads=2, num_key_value_heads=1)\n"
             "try: AutoModelForMaskedLM.from_config(cfg); print('registered at import')\n"
             "except ValueError: pass\n"
-            "import tempfile; mlmclm.model.save(mlmclm.model.build_model('tiny'), tempfile.mkdtemp())   # registers\n"
+            "import tempfile; mlmclm.checkpoints.save(mlmclm.model.build_model('tiny'), tempfile.mkdtemp())   # registers\n"
             "print(type(AutoModelForMaskedLM.from_config(cfg)).__name__)")
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert out.returncode == 0, out.stderr
