@@ -773,9 +773,10 @@ def _step_bar(metrics: Path, total: int, desc: str, show: bool):
         bar.close()
 
 
-def _parent_in_other_hands(plan: StudyPlan, root: Path, run: PlannedRun) -> str | None:
+def _parent_in_other_hands(run: PlannedRun, root: Path,
+                           params: dict,   # `run`'s notebook parameters (`pretrain_params`)
+                          ) -> str | None:
     "The parent run that another live worker is still training while `run`'s start checkpoint does not exist yet; else None."
-    params = pretrain_params(plan, run, root)
     start = params.get('resume_from') or (params['init_from'] if run.spec.cpt_from else None)
     if run.parent is None or start is None or Path(start).exists(): return None
     return run.parent if PretrainRun(run.parent, root).status() == 'running' else None
@@ -785,13 +786,13 @@ def _run_pretraining(plan: StudyPlan, root: Path, run: PlannedRun, progress: boo
     """Pretrain `run` through its notebook unless it is done, a live worker holds it (then that worker finishes it), or it
     starts from a checkpoint its parent, trained by another worker, has not reached yet (a later launcher runs it)."""
     if PretrainRun(run.name, root).status() in ('done', 'running'): return
-    if parent := _parent_in_other_hands(plan, root, run):
+    params = dict(pretrain_params(plan, run, root), progress=False)
+    if parent := _parent_in_other_hands(run, root, params):
         warnings.warn(f'{run.name}: skipped for now: it starts from a checkpoint of {parent}, which another worker is '
                       f'still training; the launcher training {parent} (or any launcher started after it) runs it')
         return
     # each launcher its own notebook: two that race for one run must not write one file
     out = root/'notebooks'/f'pretrain-{run.name}-{HOST}-{os.getpid()}.ipynb'
-    params = dict(pretrain_params(plan, run, root), progress=False)
     try:
         with _step_bar(root/run.name/'metrics.jsonl', params['total_steps'], run.name, progress):
             run_notebook('02_pretrain.ipynb', params, out)
