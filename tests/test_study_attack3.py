@@ -5,7 +5,8 @@ import warnings
 import pytest
 
 from mlmclm.runs import PretrainRun
-from mlmclm.study import _parent_in_other_hands, build_plan, launch, pretrain_params
+from mlmclm.launchers import _parent_in_other_hands, launch
+from mlmclm.study import build_plan, pretrain_params
 
 
 def _branching_plan():
