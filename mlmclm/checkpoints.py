@@ -460,7 +460,7 @@ def merge_checkpoints(out: str | Path,     # the merged checkpoint's folder (wri
         return dict(checkpoint=name, weight=w, **{k: own[k] for k in ('run_id', 'step', 'schedule', MERGE_KEY) if k in own})
     record = {MERGE_KEY: dict(parents=[parent_record(n, f, w) for n, f, w in zip(names, folders, weights)],
                               weights_sum=sum(weights), is_causal=is_causal, no_lm_head=headless), 'init_from': None}
-    tmp = out.with_name(f'.{out.name}.tmp-{os.getpid()}')   # a killed merge leaves it: `mlmclm.study.make_merge` clears it
+    tmp = out.with_name(f'.{out.name}.tmp-{os.getpid()}')   # a killed merge leaves it: `mlmclm.launchers.make_merge` clears it
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         save(model, tmp, is_causal=is_causal, metadata=record, weights=merged)

@@ -14,10 +14,10 @@ __all__ = ['COMMANDS', 'SUBCOMMANDS', 'usage', 'main']
 # %% ../nbs/07_cli.ipynb #f8b8726f
 # command -> (module whose `main(argv)` runs it, arguments put before the user's, one line of help)
 COMMANDS = {
-    'plan': ('mlmclm.study', ['plan'], 'counts and compute estimate of a preset (e.g. plan --preset paper)'),
-    'run': ('mlmclm.study', ['run'], 'run what is missing of a preset, here (the demo: run --preset demo --workers 2)'),
-    'status': ('mlmclm.study', ['status'], 'done / running / stale / to-do per experiment of a study folder'),
-    'slurm': ('mlmclm.study', ['slurm'], 'submit the fine-tuning grid (or the pretraining runs) to Slurm'),
+    'plan': ('mlmclm.study_cli', ['plan'], 'counts and compute estimate of a preset (e.g. plan --preset paper)'),
+    'run': ('mlmclm.study_cli', ['run'], 'run what is missing of a preset, here (the demo: run --preset demo --workers 2)'),
+    'status': ('mlmclm.study_cli', ['status'], 'done / running / stale / to-do per experiment of a study folder'),
+    'slurm': ('mlmclm.study_cli', ['slurm'], 'submit the fine-tuning grid (or the pretraining runs) to Slurm'),
     'figures': ('mlmclm.figures', [], 'every figure and table from a results store'),
     'results': ('mlmclm.compaction', [], 'health or compact a results store; `results rank`: rank clusters per dataset'),
     'paper-runs': ('mlmclm.paper_runs', [], "import the authors' published runs into a results store"),

@@ -72,8 +72,8 @@ def test_two_launchers_of_one_run_train_it_once(tmp_path):
 
 
 def test_study_status_of_a_plan_with_a_control_counts_it(tmp_path, capsys):
-    "`python -m mlmclm.study status --preset demo` failed with KeyError: None (the control has no pretraining run)."
-    from mlmclm.study import main
+    "`python -m mlmclm.study_cli status --preset demo` failed with KeyError: None (the control has no pretraining run)."
+    from mlmclm.study_cli import main
     main(['status', '--preset', 'demo', '--root', str(tmp_path)])
     lines = [l.split() for l in capsys.readouterr().out.splitlines()]
     assert ['control', 'finetune', '0', '0', '0', '12'] in lines     # 4 tasks x 1 LR x 3 seeds of tiny-random

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import mlmclm.finetune as ft
+import mlmclm.launchers as launchers
 import mlmclm.study as study
 from mlmclm.core import ConfigError, notebook_config, project_root, read_json, read_jsonl
 from mlmclm.results import StoreWriter
@@ -185,7 +186,7 @@ def _store_every_run(plan, store):
     from mlmclm.tasks import TASKS
     with StoreWriter(store) as w:
         for e, run in study.finetune_jobs(plan):
-            cfg = finetune_config(**study.finetune_params(plan, e, Path(store).parent))   # the settings rows record
+            cfg = finetune_config(**launchers.finetune_params(plan, e, Path(store).parent))   # the settings rows record
             w.append([dict(checkpoint_name=run.checkpoint_name, dataset=d, family='IR' if d != 'sst2' else 'SC',
                            lr=run.lr, seed=run.seed, attention=run.attention, pooling=run.pooling,
                            precision=run.precision, precision_used=run.precision.replace('auto', 'fp32'), source='ours',
@@ -205,16 +206,16 @@ def test_each_slurm_task_runs_the_keys_the_plan_counted(tmp_path, monkeypatch):
     custom = study.protocol_ablation_plan(('hub/610m-clm-42k',), datasets=('sst2',), lrs=(1e-4,), seeds=(0,), pooling=('last',))
     fp32 = dataclasses.replace(_ablation('protocol'), finetune_overrides=dict(precision='fp32'))
     for plan in (_ablation('precision'), custom, fp32):   # custom: a plan no preset builds
-        tasks = study.submit_finetune_array(plan, tmp_path, tmp_path/'slurm')
+        tasks = launchers.submit_finetune_array(plan, tmp_path, tmp_path/'slurm')
         assert len(tasks) == len(study.finetune_jobs(plan))
         for point, run, root, overrides in tasks:
-            cfg = finetune_config(**study._job_params(point, run, root, overrides))
+            cfg = finetune_config(**launchers._job_params(point, run, root, overrides))
             lrs, seeds = finetune_grid(cfg)
             asked = finetune_runs(cfg.checkpoint_name, cfg.tasks.split(','), lrs, seeds, **{a: getattr(cfg, a) for a in PROTOCOL_AXES})
             assert [r.keys for r in asked] == [run.keys], (plan.preset, run)
     assert all(k.endswith('|precision=fp32') for _, r in study.finetune_jobs(fp32) for k in r.keys)
     with pytest.raises(ConfigError, match=r"\['precision'\] in the overrides of one job"):
-        study.submit_finetune_array(custom, tmp_path, tmp_path/'slurm', overrides=dict(precision='fp32'))
+        launchers.submit_finetune_array(custom, tmp_path, tmp_path/'slurm', overrides=dict(precision='fp32'))
 
 
 @pytest.mark.parametrize('kind', list(ABLATIONS))
@@ -222,17 +223,17 @@ def test_a_finished_protocol_ablation_is_finished_for_every_launcher(tmp_path, m
     plan, store = _ablation(kind), tmp_path/'results.jsonl'
     assert len(study.finetune_jobs(plan)) == 2 * 4              # (sst2, the IR group) x 4 protocol cells
     monkeypatch.setattr('submitit.AutoExecutor', _NoSlurm)
-    before = study.submit_finetune_array(plan, tmp_path, tmp_path/'slurm')
+    before = launchers.submit_finetune_array(plan, tmp_path, tmp_path/'slurm')
     assert len(before) == len(study.finetune_jobs(plan))
     _store_every_run(plan, store)
-    assert study.submit_finetune_array(plan, tmp_path, tmp_path/'slurm') == []                 # the Slurm array
-    st = study.study_status(plan, tmp_path)
+    assert launchers.submit_finetune_array(plan, tmp_path, tmp_path/'slurm') == []                 # the Slurm array
+    st = launchers.study_status(plan, tmp_path)
     assert st.query("stage == 'finetune'")[['done', 'to_do']].values.tolist() == [[len(before), 0]]   # study status
     launched = []
-    monkeypatch.setattr(study, 'run_notebook', lambda *a: launched.append(a))
-    for e in plan.evals: study._run_item(plan, tmp_path, 'finetune', e)                         # local workers
+    monkeypatch.setattr(launchers, 'run_notebook', lambda *a: launched.append(a))
+    for e in plan.evals: launchers._run_item(plan, tmp_path, 'finetune', e)                         # local workers
     assert launched == []
     monkeypatch.setattr(ft, 'check_checkpoint', lambda *a: None)
     monkeypatch.setattr(ft, '_base_model', lambda cfg: pytest.fail('the sweep trained a finished run'))
     for e in plan.evals:                                                                        # the sweep itself
-        ft.finetune_sweep(finetune_config(**study.finetune_params(plan, e, tmp_path), progress=False))
+        ft.finetune_sweep(finetune_config(**launchers.finetune_params(plan, e, tmp_path), progress=False))

@@ -13,8 +13,9 @@ from mlmclm.core import ConfigError, build_config, read_json
 from mlmclm.model import build_model
 from mlmclm.checkpoints import load, merge_checkpoints, merge_record, parity_error, save
 from mlmclm.runs import finetune_config
-from mlmclm.study import (PRESETS, describe, finetune_jobs, finetune_params, get_plan, launch, make_merges, merge_dir,
-                          merging_plan, select)
+from mlmclm.launchers import finetune_params, launch, make_merges
+from mlmclm.study import PRESETS, finetune_jobs, get_plan, merge_dir, merging_plan, select
+from mlmclm.study_cli import describe
 
 TINY = dict(vocab_size=97, bos_token_id=None, eos_token_id=None, pad_token_id=None, mask_token_id=None)
 
@@ -162,11 +163,11 @@ def test_the_merging_preset_plans_and_prices(tmp_path):
 
 
 def test_the_plan_makes_its_merges_first_once_and_whole(parents, tmp_path, monkeypatch):
-    import mlmclm.study as study
+    import mlmclm.launchers as launchers
     (_, ca), (_, cb) = parents
     plan = merging_plan((ca, cb), weights=(0.25, 0.5), datasets=('rt_sentiment',), lrs=(1e-3,), seeds=(0,))
     seen = []
-    monkeypatch.setattr(study, '_finetune_stage', lambda plan, root, *a: seen.append(sorted(p.name for p in (root/'merges').iterdir())))
+    monkeypatch.setattr(launchers, '_finetune_stage', lambda plan, root, *a: seen.append(sorted(p.name for p in (root/'merges').iterdir())))
     root = launch(plan, tmp_path/'study', stages=('finetune',), progress=False)
     assert seen == [sorted(plan.merges)]                      # made before any fine-tuning
     m = plan.merges[plan.evals[0].name]
@@ -233,7 +234,7 @@ def test_a_run_of_the_plan_continues_pretraining_from_a_merge(tmp_path):
 
 def test_a_slurm_array_of_merges_makes_them_before_it_submits(parents, tmp_path, monkeypatch):
     "The array's tasks fine-tune the merged folders, which exist when the array is submitted."
-    import mlmclm.study as study
+    import mlmclm.launchers as launchers
 
     class NoSlurm:
         def __init__(self, folder): pass
@@ -243,10 +244,10 @@ def test_a_slurm_array_of_merges_makes_them_before_it_submits(parents, tmp_path,
     monkeypatch.setattr('submitit.AutoExecutor', NoSlurm)
     (_, ca), (_, cb) = parents
     plan = merging_plan((ca, cb), weights=(0.25,), datasets=('sst2',), lrs=(1e-4,), seeds=(0,))
-    tasks = study.submit_finetune_array(plan, tmp_path/'study', tmp_path/'slurm')
+    tasks = launchers.submit_finetune_array(plan, tmp_path/'study', tmp_path/'slurm')
     assert len(tasks) == 1
     point, run, root, overrides = tasks[0]
-    cfg = finetune_config(**study._job_params(point, run, root, overrides))
+    cfg = finetune_config(**launchers._job_params(point, run, root, overrides))
     assert cfg.checkpoint == str(tmp_path/'study'/'merges'/plan.evals[0].name)
     assert [p['weight'] for p in merge_record(cfg.checkpoint)['parents']] == [0.25, 0.75]
 

@@ -13,7 +13,9 @@ from mlmclm.core import ConfigError, build_config, project_root, read_jsonl
 from mlmclm.checkpoints import load
 from mlmclm.pretrain import check_pretrain_config, pretrain
 from mlmclm.runs import PretrainConfig, grad_accum, paper_preset, pretrain_config
-from mlmclm.study import demo_plan, main, paper_plan, pretrain_job_specs
+from mlmclm.launchers import pretrain_job_specs
+from mlmclm.study import demo_plan, paper_plan
+from mlmclm.study_cli import main
 from mlmclm.vocab import paper_run_names
 
 ROOT = project_root()
@@ -52,7 +54,7 @@ def test_two_gloo_processes_equal_one_process_with_twice_the_accumulation(tmp_pa
 def test_a_short_run_needs_only_total_steps_and_runs_quietly(tmp_path, capfd, caplog):
     """Issue 14: `-p total_steps 4` alone trains (warmup, decay, checkpoints, saves derived); no kernel log in the
     terminal, and no papermill warning for a parameter the config knows but the parameters cell does not list."""
-    from mlmclm.study import run_notebook
+    from mlmclm.launchers import run_notebook
     out = run_notebook('02_pretrain.ipynb', dict(total_steps=4, seq_len=32, batch_size=4, log_every=1,
                        out_dir=str(tmp_path), run_id='short'), tmp_path/'short.ipynb')
     assert [m['step'] for m in read_jsonl(tmp_path/'short'/'metrics.jsonl')] == [1, 2, 3, 4]

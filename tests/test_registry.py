@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import mlmclm.figures as figures
-from mlmclm import study, task_data, tasks
+from mlmclm import study, study_cli, task_data, tasks
 from mlmclm.core import ConfigError, atomic_write_json, project_root
 from mlmclm.figures import FIGURES, FigureSpec, read_results, render_all
 from mlmclm.paper_runs import in_paper, paper_rows
@@ -31,8 +31,9 @@ def test_the_demo_datasets_are_priced_as_their_own_families():
     "`study._family` called corpus_names and corpus_speaker SC (64 tokens an example) and priced 1,000 steps of 32."
     assert [study.dataset_family(d) for d in EMBEDDED_TASKS] == ['SC', 'TC', 'QA', 'IR']
     one = study.demo_plan(datasets=('corpus_speaker',), control=False)
-    per_run = 6 * study._body_params('tiny') * 200 * 8 * 192   # QA's 384 tokens cut at the task's 192, 200 steps of 8
-    assert study.finetune_flops(one) == len(one.evals) * len(one.lrs) * len(one.seeds) * per_run
+    n, per_example = study.shipped_examples('corpus_speaker', 192)   # its real examples, tokens cut at the task's 192
+    per_run = 6 * study.body_params('tiny') * (n // 8) * 8 * per_example   # one epoch of 8 a step (issue 36: as it ships)
+    assert study.finetune_flops(one) == pytest.approx(len(one.evals) * len(one.lrs) * len(one.seeds) * per_run, rel=1e-12)
 
 
 def test_a_dataset_the_task_table_lacks_is_an_error_not_an_sc_guess():
@@ -71,20 +72,20 @@ def _bench(folder: Path, model: str, body_params: int, examples_per_s: float = 8
 
 def test_a_speed_measured_on_smollm2_does_not_price_the_demos_tiny_models(tmp_path):
     _bench(tmp_path, 'runs/smollm2/SmolLM2-135M', SMOLLM2_BODY)
-    line = study.measured_finetune_line(study.demo_plan(), folder=tmp_path)
+    line = study_cli.measured_finetune_line(study.demo_plan(), folder=tmp_path)
     assert line.startswith('  fine-tuning at the assumed MFU above for tiny: the benchmark measured another model size '
                            '(8.0 examples/s of SmolLM2-135M (106,203,456 body parameters)'), line
     assert 'hours' not in line and 'minutes' not in line and '--size tiny' in line
 
 
 def test_a_speed_measured_on_the_plans_size_prices_it_and_the_line_says_so(tmp_path):
-    _bench(tmp_path, 'tiny', study._body_params('tiny'))
+    _bench(tmp_path, 'tiny', study.body_params('tiny'))
     demo = study.demo_plan()
-    hours = study.finetune_flops(demo) / (6 * study._body_params('tiny') * 25 * 8.0) / 3600
-    line = study.measured_finetune_line(demo, folder=tmp_path)
+    hours = study.finetune_flops(demo) / (6 * study.body_params('tiny') * 25 * 8.0) / 3600
+    line = study_cli.measured_finetune_line(demo, folder=tmp_path)
     assert line.startswith(f'  fine-tuning at the measured speed for tiny: {hours:,.0f} hours on cpu (1 threads) '
                            '(8.0 examples/s of tiny (787,584 body parameters), ours packed;'), line
-    assert 'assumed MFU' in study.measured_finetune_line(study.paper_plan(), folder=tmp_path)   # tiny prices no paper size
+    assert 'assumed MFU' in study_cli.measured_finetune_line(study.paper_plan(), folder=tmp_path)   # tiny prices no paper size
 
 
 # ------------------------------------------------------------------------------------------- the figure registry

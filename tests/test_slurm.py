@@ -27,8 +27,8 @@ from mlmclm.checkpoints import load
 from mlmclm.results import read_rows
 from mlmclm.runs import PretrainRun, pretrain_config, run_key
 from mlmclm.pretrain import pretrain
-from mlmclm.study import (CONTROL, demo_plan, finetune_jobs, pretrain_job_specs, select, submit_finetune_array,
-                          submit_pretrain_jobs)
+from mlmclm.launchers import pretrain_job_specs, submit_finetune_array, submit_pretrain_jobs
+from mlmclm.study import CONTROL, demo_plan, finetune_jobs, select
 
 ROOT = project_root()
 PY = sys.executable

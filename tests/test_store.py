@@ -96,7 +96,7 @@ def test_health_and_compact_commands(tmp_path, capsys):
 
 
 def test_status_command_counts_per_experiment(tmp_path, capsys):
-    from mlmclm.study import main
+    from mlmclm.study_cli import main
     root = tmp_path/'study'
     (root/'tiny-clm-42k').mkdir(parents=True); (root/'tiny-clm-42k'/'done.json').write_text('{}')
     held = PretrainRun('tiny-mlm40-42k', root).try_claim()

@@ -9,15 +9,16 @@ import pytest
 from mlmclm.core import ConfigError, project_root, read_jsonl
 from mlmclm.results import read_rows
 from mlmclm.runs import finetune_config
-from mlmclm.study import (PRESETS, build_plan, describe, finetune_jobs, finetune_params, get_plan, launch, paper_plan,
-                          protocol_ablation_plan, select)
+from mlmclm.launchers import finetune_params, launch
+from mlmclm.study import PRESETS, build_plan, finetune_jobs, get_plan, paper_plan, protocol_ablation_plan, select
+from mlmclm.study_cli import describe
 from mlmclm.vocab import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS
 
 ROOT = project_root()
 
 
 def test_plan_command_prints_the_papers_counts():
-    out = subprocess.run([sys.executable, '-m', 'mlmclm.study', 'plan', '--preset', 'paper'],
+    out = subprocess.run([sys.executable, '-m', 'mlmclm.study_cli', 'plan', '--preset', 'paper'],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     text = out.stdout
@@ -114,14 +115,14 @@ def test_launcher_skips_finished_runs_and_resumes_the_rest(tmp_path):
 
 def test_each_finetuning_worker_sees_its_own_gpu(tmp_path, monkeypatch):
     "Issue 25 item 13: one worker per GPU by default, each with its own CUDA_VISIBLE_DEVICES; more workers than GPUs refused."
-    import mlmclm.study as study
+    import mlmclm.launchers as launchers
     seen = []
-    monkeypatch.setattr(study, '_walk', lambda *a, **k: seen.append(os.environ.get('CUDA_VISIBLE_DEVICES')))
-    monkeypatch.setattr(study, 'visible_gpus', lambda: ['0', '1'])
+    monkeypatch.setattr(launchers, '_walk', lambda *a, **k: seen.append(os.environ.get('CUDA_VISIBLE_DEVICES')))
+    monkeypatch.setattr(launchers, 'visible_gpus', lambda: ['0', '1'])
     plan, before = _tiny_plan(), os.environ.get('CUDA_VISIBLE_DEVICES')
-    study._finetune_helper(plan, tmp_path, None, '1')                  # what a spawned worker runs
-    study._finetune_stage(plan, tmp_path, False, ['0'])                # the launcher itself: the first GPU
+    launchers._finetune_helper(plan, tmp_path, None, '1')                  # what a spawned worker runs
+    launchers._finetune_stage(plan, tmp_path, False, ['0'])                # the launcher itself: the first GPU
     assert seen == ['1', '0'] and os.environ.get('CUDA_VISIBLE_DEVICES') == before   # restored after each
-    assert study.finetune_workers(None, study.visible_gpus()) == ['0', '1']
+    assert launchers.finetune_workers(None, launchers.visible_gpus()) == ['0', '1']
     with pytest.raises(ConfigError, match='workers=4 but this machine shows 2 GPU'):
         launch(plan, tmp_path, stages=('finetune',), workers=4)

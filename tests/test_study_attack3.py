@@ -5,7 +5,8 @@ import warnings
 import pytest
 
 from mlmclm.runs import PretrainRun
-from mlmclm.study import _parent_in_other_hands, build_plan, launch
+from mlmclm.launchers import _parent_in_other_hands, launch
+from mlmclm.study import build_plan, pretrain_params
 
 
 def _branching_plan():
@@ -19,11 +20,11 @@ def test_a_child_whose_parent_another_worker_trains_is_skipped_not_crashed(tmp_p
     plan = _branching_plan()
     child = plan.runs['tiny-clm-10k-mlm40-42k']
     assert child.parent == 'tiny-clm-42k' and child.branch_from
-    assert _parent_in_other_hands(plan, tmp_path, child) is None          # nobody holds the parent: nothing to wait for
+    assert _parent_in_other_hands(child, tmp_path, pretrain_params(plan, child, tmp_path)) is None          # nobody holds the parent: nothing to wait for
     held = PretrainRun('tiny-clm-42k', tmp_path).try_claim()             # a live worker trains the parent, no checkpoint yet
     assert held is not None
     try:
-        assert _parent_in_other_hands(plan, tmp_path, child) == 'tiny-clm-42k'
+        assert _parent_in_other_hands(child, tmp_path, pretrain_params(plan, child, tmp_path)) == 'tiny-clm-42k'
         with pytest.warns(UserWarning, match='tiny-clm-10k-mlm40-42k: skipped for now: it starts from a checkpoint of tiny-clm-42k'):
             launch(plan, tmp_path, stages=('pretrain',), progress=False)   # before the fix: PapermillExecutionError
         assert not (tmp_path/'tiny-clm-10k-mlm40-42k').exists()            # the child did not start
