@@ -20,7 +20,7 @@ def _tree(path): return ast.parse(path.read_text(encoding='utf-8'))
 
 
 # what needs no torch: the settings and names of the study, the planner, the task registry, the results store, the figures
-LIGHT = ['core', 'vocab', 'runs', 'corpus', 'sizes', 'tasks', 'results', 'paper_runs', 'study', 'figures']
+LIGHT = ['core', 'vocab', 'runs', 'corpus', 'sizes', 'tasks', 'results', 'paper_runs', 'study', 'figures', 'tables', 'render']
 
 
 def _imports(tree: ast.Module):
