@@ -28,6 +28,7 @@ __all__ = ['KIND_COLORS', 'KIND_LABELS', 'PAPER_MARKERS', 'PAPER_MARKER', 'SIZE_
 
 # %% ../nbs/05_figures.ipynb #30282a31
 def is_released_name(name: str) -> bool:
+    "Whether `name` is a released checkpoint name (one `parse_run_name` reads), placed by its name alone."
     try: parse_run_name(name); return True
     except ValueError: return False
 
