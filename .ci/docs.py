@@ -101,7 +101,7 @@ def pretrain_loss(run: str, column: str) -> str:
 
 def scores_table() -> str:
     "The demo's family scores (percent, mean ± half its 95% interval over seeds), one row per final model."
-    from mlmclm.figures import control_scores, split_control, study_scores
+    from mlmclm.render import control_scores, split_control, study_scores
     from mlmclm.vocab import FAMILIES
     ours, control = split_control(_demo_results())
     scores = {**{(r.checkpoint, r.family): r for r in study_scores(ours).itertuples()},
@@ -132,7 +132,8 @@ def count(what: str) -> str:
 
 def directions_summary() -> str:
     "The directions table of the demo in words: per comparison, each family's verdict."
-    from mlmclm.figures import directions, split_control
+    from mlmclm.render import split_control
+    from mlmclm.tables import directions
     from mlmclm.paper_runs import paper_rows, reported_scores
     from mlmclm.aggregation import protocol_cell, seed_family_scores
     table = directions(seed_family_scores(protocol_cell(paper_rows(split_control(_demo_results())[0]))), reported_scores(), 'tiny')

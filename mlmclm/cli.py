@@ -18,7 +18,7 @@ COMMANDS = {
     'run': ('mlmclm.study_cli', ['run'], 'run what is missing of a preset, here (the demo: run --preset demo --workers 2)'),
     'status': ('mlmclm.study_cli', ['status'], 'done / running / stale / to-do per experiment of a study folder'),
     'slurm': ('mlmclm.study_cli', ['slurm'], 'submit the fine-tuning grid (or the pretraining runs) to Slurm'),
-    'figures': ('mlmclm.figures', [], 'every figure and table from a results store'),
+    'figures': ('mlmclm.render', [], 'every figure and table from a results store'),
     'results': ('mlmclm.compaction', [], 'health or compact a results store; `results rank`: rank clusters per dataset'),
     'paper-runs': ('mlmclm.paper_runs', [], "import the authors' published runs into a results store"),
     'bench': ('mlmclm.bench', [], "throughput against Hugging Face's Llama, or fine-tuning against transformers.Trainer"),

@@ -176,7 +176,7 @@ def _dataset_order(df: pd.DataFrame) -> pd.Series:
 
 def dataset_ranks(results: pd.DataFrame,     # result rows (`load_results(store)`): any sources and protocol cells
                   examples: dict,            # run key -> per-example test scores (`read_examples(store)`)
-                  selection: str = DEFAULT_SELECTION,   # how each seed's LR is chosen (`mlmclm.results.SELECTIONS`)
+                  selection: str = DEFAULT_SELECTION,   # how each seed's LR is chosen (`mlmclm.aggregation.SELECTIONS`)
                   config: RankConfig = RankConfig(),
                  ) -> pd.DataFrame:
     "Per (source, protocol cell, dataset, checkpoint): rank cluster beside the t-, bootstrap and Welch intervals."

@@ -318,7 +318,7 @@ def _finetune(tmp_path, monkeypatch, **kw):
 
 
 def _figures(tmp_path, capsys, results, *extra):
-    from mlmclm.figures import main
+    from mlmclm.render import main
     with pytest.raises(SystemExit): main(['--results', str(results), '--out', str(tmp_path/'f'), *extra])
     return capsys.readouterr().err
 

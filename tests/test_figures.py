@@ -19,9 +19,13 @@ from matplotlib.collections import LineCollection, PolyCollection
 from matplotlib.container import BarContainer
 
 import mlmclm.figures as figures
+import mlmclm.render as render
 from mlmclm.core import project_root
-from mlmclm.figures import FIGURES, main, paper_flops_per_step, read_results, render_all, study_scores
-from mlmclm.results import tidy_results
+from mlmclm.figures import paper_flops_per_step
+from mlmclm.paper_runs import reported_scores
+from mlmclm.render import FIGURES, main, render_all, study_scores
+from mlmclm.results import read_results, tidy_results
+from mlmclm.tables import protocol_gaps
 from mlmclm.vocab import BUDGETS, E3_STEPS, FAMILIES, PAPER_DATASETS, RATIOS, SIZES, paper_checkpoints, paper_experiments
 
 DEMO = project_root()/'figures'/'demo'                  # the demo writes here (figures and tables; a rerun rewrites them)
@@ -76,7 +80,7 @@ def drawn(tmp_path_factory):
     def keep_figure(fig, folder, name, close=True): figs[name] = fig; return []
     def keep_table(df, folder, name, caption): tables[name] = df; return []
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(figures, 'save_figure', keep_figure); mp.setattr(figures, 'write_table', keep_table)
+        mp.setattr(render, 'save_figure', keep_figure); mp.setattr(render, 'write_table', keep_table)
         render_all(grid(), tmp_path_factory.mktemp('grid'), scale='paper')
     yield figs, tables
     plt.close('all')
@@ -204,8 +208,8 @@ def protocol_grid() -> pd.DataFrame:
 def test_protocol_figure_shows_the_gap_per_cell_and_paper_figures_only_the_papers_cell(tmp_path):
     figs, tables = {}, {}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(figures, 'save_figure', lambda fig, folder, name, close=True: figs.__setitem__(name, fig) or [])
-        mp.setattr(figures, 'write_table', lambda df, folder, name, caption: tables.__setitem__(name, df) or [])
+        mp.setattr(render, 'save_figure', lambda fig, folder, name, close=True: figs.__setitem__(name, fig) or [])
+        mp.setattr(render, 'write_table', lambda df, folder, name, caption: tables.__setitem__(name, df) or [])
         render_all(protocol_grid(), tmp_path, scale='paper')
     gaps = tables['protocol_gap']
     assert [tuple(r) for r in gaps[gaps.family == 'SC'][['attention', 'pooling']].values] == CELLS
@@ -233,8 +237,8 @@ def test_precision_cells_survive_the_tidy_table_and_stay_out_of_the_papers_figur
     csv.write_text(tidy_results(rows).to_csv(index=False))
     figs, tables = {}, {}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(figures, 'save_figure', lambda fig, folder, name, close=True: figs.__setitem__(name, fig) or [])
-        mp.setattr(figures, 'write_table', lambda df, folder, name, caption: tables.__setitem__(name, df) or [])
+        mp.setattr(render, 'save_figure', lambda fig, folder, name, close=True: figs.__setitem__(name, fig) or [])
+        mp.setattr(render, 'write_table', lambda df, folder, name, caption: tables.__setitem__(name, df) or [])
         render_all(read_results(csv), tmp_path, scale='paper')
     gaps = tables['protocol_gap']
     assert gaps[gaps.family == 'SC'].precision.tolist() == ['auto', 'pure_bf16', 'amp_bf16']
@@ -254,7 +258,7 @@ def test_protocol_gaps_compare_every_cell_over_the_datasets_all_cells_hold():
     rows = rows[(rows.precision == 'auto') | rows.dataset.isin(firsts)].copy()
     others = (rows.precision == 'auto') & ~rows.dataset.isin(firsts) & (rows.checkpoint_name == '610m-mlm40-42k')
     rows.loc[others, 'test_score'] += 0.03      # MLM 3 points better on the datasets only the paper's cell holds
-    gaps = figures.protocol_gaps(rows)
+    gaps = protocol_gaps(rows)
     for f, fam in enumerate(FAMILIES):
         g = gaps[gaps.family == fam]
         assert g.precision.tolist() == ['auto', 'amp_bf16'] and g.n_datasets.tolist() == [1, 1]
@@ -268,7 +272,7 @@ def test_a_store_of_the_precision_ablation_alone_renders(tmp_path):
     rows['precision'], rows['pooling'] = rows.pooling.map(dict(last='pure_bf16', first='amp_bf16')), 'mean'
     figs = {}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(figures, 'save_figure', lambda fig, folder, name, close=True: figs.__setitem__(name, fig) or [])
+        mp.setattr(render, 'save_figure', lambda fig, folder, name, close=True: figs.__setitem__(name, fig) or [])
         render_all(rows, tmp_path, scale='paper')
     assert {'fig2_mlm_vs_clm', 'fig5_lr_stability', 'figP_protocol_gap'} <= set(figs)
     assert [t.get_text() for t in figs['figP_protocol_gap'].axes[0].get_xticklabels()] == ['pure_bf16', 'amp_bf16']
@@ -301,7 +305,7 @@ def test_a_demo_study_folder_gives_final_pretraining_losses_beside_the_unigram_e
     (study/'tiny-clm-42k'/'metrics.jsonl').write_text(''.join(
         f'{{"step": {s}, "phase": 0, "objective": "clm", "mask_ratio": null, "loss": {9 - s / 10}}}\n' for s in range(1, 11)))
     (study/'tiny-clm-42k'/'run.json').write_text('{"config": {"data": "embedded"}}')   # the entropy of what it read
-    monkeypatch.setattr(figures, 'render_all', lambda *a, **k: [])   # the figures are tested above
+    monkeypatch.setattr(render, 'render_all', lambda *a, **k: [])   # the figures are tested above
     main(['--results', str(REFERENCE/'results.csv'), '--out', str(tmp_path/'f'), '--study', str(study), '--scale', 'demo'])
     pl = pd.read_csv(tmp_path/'f'/'pretrain_loss.csv')
     assert pl[['run', 'last_phase', 'steps']].values.tolist() == [['tiny-clm-42k', 'clm', 10]]
@@ -372,7 +376,7 @@ def test_no_committed_results_test_reads_what_the_demo_writes():
 
 
 def test_the_unigram_entropy_is_that_of_the_one_source_a_study_read(tmp_path):
-    from mlmclm.figures import _study_data
+    from mlmclm.render import _study_data
     for run, data in (('a', 'embedded'), ('b', 'embedded+reviews')):
         (tmp_path/run).mkdir(); (tmp_path/run/'run.json').write_text(json.dumps({'config': {'data': data}}))
     with pytest.raises(ValueError, match="expected one source"): _study_data(tmp_path)
@@ -387,8 +391,8 @@ def demo_drawn():
     "render_all on the committed demo results (the control included), every figure captured instead of written."
     figs = {}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(figures, 'save_figure', lambda fig, folder, name, close=True: figs.__setitem__(name, fig) or [])
-        mp.setattr(figures, 'write_table', lambda *a, **k: [])
+        mp.setattr(render, 'save_figure', lambda fig, folder, name, close=True: figs.__setitem__(name, fig) or [])
+        mp.setattr(render, 'write_table', lambda *a, **k: [])
         render_all(read_results(REFERENCE/'results.csv'), DEMO/'unused', 'demo', cpt_loss=pd.read_csv(REFERENCE/'cpt_loss.csv'))
     yield figs
     plt.close('all')
@@ -444,8 +448,8 @@ def test_fig4_says_so_where_no_intermediate_checkpoint_was_fine_tuned():
     "The demo fine-tunes intermediate checkpoints on TC and QA only: SC and IR say so instead of an empty trajectory."
     res = grid(paper_experiments()['E3'], qed=False)
     res = res[~(res.checkpoint_name.str.contains(r'-42k-\d+$') & res.family.isin(['SC', 'IR']))]
-    setup = figures.study_scores(res)
-    fig = figures.fig_data_efficiency(setup, figures.reported_scores(), 'demo')
+    setup = study_scores(res)
+    fig = figures.fig_data_efficiency(setup, reported_scores(), 'demo')
     notes = {ax.get_title(): any('no intermediate checkpoints' in t.get_text() for t in ax.texts) for ax in fig.axes}
     assert notes == {'SC': True, 'TC': False, 'QA': False, 'IR': True}
     plt.close(fig)

@@ -24,7 +24,7 @@ def _tree(path): return ast.parse(path.read_text(encoding='utf-8'))
 
 # what needs no torch: the settings and names of the study, the planner, the task registry, the results store, the figures
 LIGHT = ['core', 'claims', 'vocab', 'runs', 'corpus', 'sizes', 'task_data', 'tasks', 'results', 'compaction', 'aggregation',
-         'paper_runs', 'study', 'launchers', 'study_cli', 'figures']
+         'paper_runs', 'study', 'launchers', 'study_cli', 'figures', 'tables', 'render']
 
 
 def _imports(tree: ast.Module):

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from mlmclm.core import project_root
-from mlmclm.figures import difference_range, direction_verdict, directions
+from mlmclm.tables import difference_range, direction_verdict, directions
 from mlmclm.paper_runs import reported_scores
 
 ROOT = project_root()
@@ -78,8 +78,10 @@ import matplotlib.pyplot as plt
 from matplotlib.collections import PathCollection
 from matplotlib.container import BarContainer
 
-import mlmclm.figures as figures
-from mlmclm.figures import checkpoint_meta, collect_cpt_loss, fig_cpt_loss, main, read_results, render_all
+import mlmclm.render as render
+from mlmclm.figures import checkpoint_meta, fig_cpt_loss
+from mlmclm.render import collect_cpt_loss, main, render_all
+from mlmclm.results import read_results
 from mlmclm.vocab import FAMILIES, PAPER_DATASETS
 
 DEMO_TASKS = {'SC': 'rt_sentiment', 'TC': 'corpus_names', 'QA': 'corpus_speaker', 'IR': 'corpus_excerpt'}
@@ -116,7 +118,7 @@ def capture(results, scale='demo', cpt_loss=None, tmp=None, source=None):
     def keep_figure(fig, folder, name, close=True): figs[name] = fig; return []
     def keep_table(df, folder, name, caption): tables[name] = (df, caption); return []
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(figures, 'save_figure', keep_figure); mp.setattr(figures, 'write_table', keep_table)
+        mp.setattr(render, 'save_figure', keep_figure); mp.setattr(render, 'write_table', keep_table)
         render_all(results, tmp or Path('/nonexistent-unused'), scale=scale, cpt_loss=cpt_loss, source=source)
     return figs, tables
 
@@ -287,7 +289,7 @@ REFERENCE = ROOT/'tests'/'data'/'demo'   # the committed demo tables (never what
 
 def test_the_readmes_numbers_are_those_of_the_committed_results():
     readme = (ROOT/'README.md').read_text(encoding='utf-8')
-    from mlmclm.figures import split_control, study_scores
+    from mlmclm.render import split_control, study_scores
     scores = study_scores(split_control(read_results(REFERENCE/'results.csv'))[0]).set_index(['checkpoint', 'family'])
     clm = scores.loc[('tiny-clm-42k', 'TC')]
     assert f'| CLM | ' in readme and f'{clm.score:.1f} ± {(clm.ci_high - clm.ci_low) / 2:.1f}' in readme

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from mlmclm.core import project_root
-from mlmclm.figures import render_all
+from mlmclm.render import render_all
 from mlmclm.results import load_results
 from mlmclm.paper_runs import compare_with_paper, import_tree, reported_scores
 from fake_encodeval import write_fixture_tree

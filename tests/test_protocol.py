@@ -35,7 +35,7 @@ def test_finetune_config_takes_its_defaults_from_the_protocol_constants():
 
 
 def test_table_1_is_written_from_the_same_constants():
-    from mlmclm.figures import hyperparameter_table
+    from mlmclm.tables import hyperparameter_table
     table = hyperparameter_table()
     finetuning = dict(zip(table[table.stage == 'fine-tuning'].setting, table[table.stage == 'fine-tuning'].value))
     from mlmclm.aggregation import SELECTIONS, DEFAULT_SELECTION

@@ -1,6 +1,6 @@
 """Issue 36 item 1 (the figure registry, the dataset family, the planner's fine-tuning price).
 
-Figures are rows of `mlmclm.figures.FIGURES` that `render_all`, the tests and the docs read; a dataset's family and
+Figures are rows of `mlmclm.render.FIGURES` that `render_all`, the tests and the docs read; a dataset's family and
 whether it counts in a family mean come from the task table (`mlmclm.tasks.TASKS`) only; a measured fine-tuning speed
 prices only the model size it was measured on, and the plan says which figure priced what."""
 import dataclasses
@@ -12,12 +12,13 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-import mlmclm.figures as figures
+import mlmclm.render as render
 from mlmclm import study, study_cli, task_data, tasks
 from mlmclm.core import ConfigError, atomic_write_json, project_root
-from mlmclm.figures import FIGURES, FigureSpec, read_results, render_all
+from mlmclm.render import FIGURES, FigureSpec, render_all
 from mlmclm.paper_runs import in_paper, paper_rows
 from mlmclm.aggregation import family_scores
+from mlmclm.results import read_results
 from mlmclm.vocab import EMBEDDED_TASKS
 
 DEMO = project_root()/'figures'/'demo'
@@ -97,8 +98,8 @@ def test_render_all_draws_the_rows_of_the_registry(monkeypatch, tmp_path):
         ax.set_title(f'{len(scores)} scores at {scale} scale')
         return fig
     saved = []
-    monkeypatch.setattr(figures, 'FIGURES', {'figT_toy': FigureSpec('figT_toy', toy, ('scores', 'scale'), None)})
-    monkeypatch.setattr(figures, 'save_figure', lambda fig, folder, name, close=True: saved.append(
+    monkeypatch.setattr(render, 'FIGURES', {'figT_toy': FigureSpec('figT_toy', toy, ('scores', 'scale'), None)})
+    monkeypatch.setattr(render, 'save_figure', lambda fig, folder, name, close=True: saved.append(
         (name, fig.axes[0].get_title())) or [])
     render_all(read_results(REFERENCE/'results.csv'), tmp_path, 'demo')
     assert len(saved) == 1 and saved[0][0] == 'figT_toy' and re.fullmatch(r'\d+ scores at demo scale', saved[0][1])

@@ -148,7 +148,7 @@ def test_item9_figures_render_what_they_can_and_list_the_rest(tmp_path):
     store = tmp_path/'results.jsonl'
     for r in demo.to_dict('records'): append_jsonl(store, r)
     append_jsonl(store, row(ck='my-own-model', ds='rt_sentiment', family='SC'))
-    out = subprocess.run([sys.executable, '-m', 'mlmclm.figures', '--results', str(store), '--out', str(tmp_path/'f')],
+    out = subprocess.run([sys.executable, '-m', 'mlmclm.render', '--results', str(store), '--out', str(tmp_path/'f')],
                          capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert 'my-own-model' in out.stdout + out.stderr
@@ -157,7 +157,7 @@ def test_item9_figures_render_what_they_can_and_list_the_rest(tmp_path):
 
 
 def test_item9_figures_leave_no_results_csv_when_rendering_fails(tmp_path, monkeypatch):
-    import mlmclm.figures as figs
+    import mlmclm.render as figs
     demo = pd.read_csv(ROOT/'tests'/'data'/'demo'/'results.csv')   # the committed demo's table (a demo run rewrites figures/demo/)
     store = tmp_path/'results.jsonl'
     for r in demo.to_dict('records'): append_jsonl(store, r)
