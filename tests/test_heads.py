@@ -143,5 +143,5 @@ def test_each_earlier_option_branches_in_one_place(option):
 
 
 def test_the_benchmark_times_the_step_finetune_run_takes():
-    import mlmclm.bench as bench
+    import mlmclm.bench_finetune as bench
     assert (bench.train_step, bench.run_model, bench.optimizer) == (ft.train_step, ft.run_model, ft.optimizer)
