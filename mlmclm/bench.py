@@ -485,3 +485,8 @@ def write_results(result: dict,                     # a `benchmark` result, opti
         fig.savefig(tmp, format='png', dpi=150, metadata={'Software': None})
     plt.close(fig)
     return folder/f'{stem}.json'
+
+# %% ../nbs/06_bench.ipynb #d7a3c9e1
+# not when this notebook itself runs (IPython sets builtins.__IPYTHON__)
+if __name__ == '__main__' and not hasattr(__import__('builtins'), '__IPYTHON__'):
+    sys.exit('python -m mlmclm.bench: the command line is `mlmclm bench` (or `python -m mlmclm.bench_run`)')
