@@ -26,7 +26,7 @@ from .runs import finetune_config
 from .tasks import TASKS, Task
 from .finetune import (KINDS, RunContext, head_kind, optimizer, packed_layout, run_model, token_budget,
                              train_step, warmup_steps)
-from .bench import bench_config, sync_device, device_name
+from .bench import bench_config, device_name, sync_device
 
 # %% auto #0
 __all__ = ['FT_BATCH', 'TRAINER_MICRO', 'smollm2_llama_folder', 'finetune_examples', 'FinetuneSide', 'finetune_sides',

@@ -27,8 +27,8 @@ from .packing import collate_packed, collate_padded, head_loss, to_device
 from .pretrain import pretrain
 from .runs import pretrain_config
 from .finetune import packed_layout
-from .bench import (BENCH_SIZES, bench_config, benchmark, make_batches, dynamo_counts, compute_dtype, device_name,
-                          pipeline_headroom, finetune_throughput, embedding_throughput, write_results)
+from .bench import (BENCH_SIZES, bench_config, benchmark, compute_dtype, device_name, dynamo_counts,
+                          embedding_throughput, finetune_throughput, make_batches, pipeline_headroom, write_results)
 from .bench_finetune import finetune_benchmark
 
 # %% auto #0
