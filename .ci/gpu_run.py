@@ -1,6 +1,6 @@
 """The parts of the first GPU run (issue 38), run by `.ci/gpu` after it has set up `.venv`.
 
-Each part runs in a child process of its own (forked from this one once `mlmclm.bench` is imported, or spawned), with
+Each part runs in a child process of its own (forked from this one once `mlmclm.bench_run` is imported, or spawned), with
 a timeout of what is left of the run's time budget (and the part's own cap); a part with less left than it needs to
 start is skipped and said so. A part writes `<part>.json` the moment it ends, or `<part>.err` with its traceback (a
 part killed at its timeout or by a signal gets an `.err` that says so); its stdout and stderr go to `<part>.log`.
@@ -79,11 +79,11 @@ def _machine(ctx: Ctx) -> dict:
 
 def _smoke(ctx: Ctx) -> dict:
     "`mlmclm bench smoke`, each of its parts writing `smoke-<part>.json` (or `.err`) as it ends."
-    import mlmclm.bench as B
+    import mlmclm.bench_run as B
     # the parts are `_smoke_<part>(dev, ...)`; `_smoke_main` (the command line) is not one
     names = [n for n in dir(B) if n.startswith('_smoke_') and callable(getattr(B, n))
              and next(iter(inspect.signature(getattr(B, n)).parameters), None) == 'dev']
-    if not names: raise RuntimeError('mlmclm.bench has no _smoke_* parts any more: update .ci/gpu_run.py')
+    if not names: raise RuntimeError('mlmclm.bench_run has no _smoke_* parts any more: update .ci/gpu_run.py')
     for n in names: setattr(B, n, _written_as_it_ends(getattr(B, n), ctx.out/f"smoke-{n.removeprefix('_smoke_')}"))
     report = ctx.out/'smoke.json'
     try: B.main(['smoke', '--device', ctx.device, '--out', str(report)])
@@ -145,7 +145,7 @@ def _pretrain_bench(size: str, objective: str, baseline: str):
 
 def _memory_1b(ctx: Ctx) -> dict:
     "The 1b trainer's measured peak beside its estimate: the smoke's pretraining part, or the same part run here."
-    import mlmclm.bench as B
+    import mlmclm.bench_run as B
     from mlmclm.sizes import memory_estimate
     paper = memory_estimate('tiny' if ctx.tiny else '1b', strategy='none', processes=1, micro_batch=PAPER_MICRO_BATCH,
                             seq_len=PAPER_SEQ_LEN, compiled=not ctx.tiny, attn_backend='sdpa' if ctx.tiny else 'flash',
@@ -164,7 +164,7 @@ def _memory_1b(ctx: Ctx) -> dict:
 def _finetune(ctx: Ctx) -> dict:
     "Packed fine-tuning against the transformers Trainer (4 x 8, padded, pure bf16) on rt_sentiment, SmolLM2-135M."
     import torch
-    import mlmclm.bench as B
+    import mlmclm.bench_finetune as B
     if ctx.tiny:
         torch.set_num_threads(1)
         return B.finetune_benchmark('rt_sentiment', size='tiny', steps=3, warmup=1, device='cpu', progress=True)
@@ -269,7 +269,7 @@ def _text(path: Path) -> str: return path.read_text(errors='replace') if path.ex
 def _preload(out: Path) -> bool:
     "Import the package once, so that forked parts start at once; False (and `import.err`) when it fails or CUDA is up."
     try:
-        import torch, mlmclm.bench  # noqa: F401
+        import torch, mlmclm.bench_run  # noqa: F401
         if torch.cuda.is_initialized(): raise RuntimeError('CUDA was initialised on import: parts are spawned, not forked')
         return True
     except Exception:
@@ -372,7 +372,7 @@ def _marks(out: Path, status: dict) -> list[str]:
     for obj in ('clm', 'mlm'):
         r, source = read_json(out/f'mfu_610m_{obj}.json'), f'mfu_610m_{obj}'
         if r is None and obj in smoke:   # the part did not end: the smoke's 610m benchmark, if it ran
-            r, source = smoke[obj], f"smoke-bench.json, {obj}, the smoke's shape (`mlmclm.bench.SMOKE`)"
+            r, source = smoke[obj], f"smoke-bench.json, {obj}, the smoke's shape (`mlmclm.bench_run.SMOKE`)"
         ours = r and next((s for s in r['sides'] if s['side'] == 'ours'), None)
         if not ours or ours['mfu'] is None:
             state = status['parts'].get(f'mfu_610m_{obj}', {}).get('state', 'not run')

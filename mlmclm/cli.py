@@ -21,7 +21,7 @@ COMMANDS = {
     'figures': ('mlmclm.render', [], 'every figure and table from a results store'),
     'results': ('mlmclm.compaction', [], 'health or compact a results store; `results rank`: rank clusters per dataset'),
     'paper-runs': ('mlmclm.paper_runs', [], "import the authors' published runs into a results store"),
-    'bench': ('mlmclm.bench', [], "throughput against Hugging Face's Llama, or fine-tuning against transformers.Trainer"),
+    'bench': ('mlmclm.bench_run', [], "throughput against Hugging Face's Llama, or fine-tuning against transformers.Trainer"),
     'pretrain': ('mlmclm.pretrain', [], 'one pretraining run from key=value settings, or the demo schedules'),
     'data': ('mlmclm.store', [], 'build or verify a token store'),
     'push': ('mlmclm.checkpoints', ['push'], 'upload a checkpoint folder to a Hugging Face model repository (push CHECKPOINT REPO)'),

@@ -15,7 +15,7 @@ SMALL = ['--size', 'tiny', '--batch-size', '2', '--seq-len', '32', '--steps', '1
 
 
 def _bench(*args, out):
-    return subprocess.run([sys.executable, '-m', 'mlmclm.bench', *SMALL, '--out', str(out), *args],
+    return subprocess.run([sys.executable, '-m', 'mlmclm.bench_run', *SMALL, '--out', str(out), *args],
                           capture_output=True, text=True, cwd=project_root(), timeout=300)
 
 
@@ -66,7 +66,7 @@ def test_chunked_loss_trains_like_the_plain_loss():
 
 def test_cli_finetune_against_the_trainer(tmp_path):
     "`--finetune` with a tiny model: the Trainer and our three sides run, report tokens, and end with the ratio."
-    run = subprocess.run([sys.executable, '-m', 'mlmclm.bench', '--finetune', 'rt_sentiment', '--baseline', 'hf-trainer',
+    run = subprocess.run([sys.executable, '-m', 'mlmclm.bench_run', '--finetune', 'rt_sentiment', '--baseline', 'hf-trainer',
                           '--size', 'tiny', '--steps', '3', '--max-tokens', '1024', '--out', str(tmp_path)],
                          capture_output=True, text=True, cwd=project_root(), timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -84,10 +84,10 @@ def test_cli_finetune_refuses_bad_combinations(tmp_path):
     for args, message in ((['--finetune', 'rt_sentiment', '--baseline', 'hf'], '--finetune compares against --baseline hf-trainer'),
                           (['--finetune', 'rt_sentiment', '--size', 'tiny', '--checkpoint', 'x'], 'not both'),
                           (['--baseline', 'hf-trainer'], 'go with --finetune TASK')):
-        run = subprocess.run([sys.executable, '-m', 'mlmclm.bench', *args, '--out', str(tmp_path)],
+        run = subprocess.run([sys.executable, '-m', 'mlmclm.bench_run', *args, '--out', str(tmp_path)],
                              capture_output=True, text=True, cwd=project_root(), timeout=120)
         assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
-    run = subprocess.run([sys.executable, '-m', 'mlmclm.bench', '--finetune', 'tweet_ner', '--size', 'tiny', '--out',
+    run = subprocess.run([sys.executable, '-m', 'mlmclm.bench_run', '--finetune', 'tweet_ner', '--size', 'tiny', '--out',
                           str(tmp_path)], capture_output=True, text=True, cwd=project_root(), timeout=300)
     assert run.returncode != 0 and "the Trainer baseline runs sequence classification tasks" in run.stderr
 
@@ -111,7 +111,7 @@ def test_sides_report_what_dynamo_did_and_an_eager_fallback():
 
 
 def test_smoke_runs_every_gpu_path_at_tiny_sizes_on_cpu(tmp_path):
-    run = subprocess.run([sys.executable, '-m', 'mlmclm.bench', 'smoke', '--device', 'cpu', '--out', str(tmp_path/'s.json')],
+    run = subprocess.run([sys.executable, '-m', 'mlmclm.bench_run', 'smoke', '--device', 'cpu', '--out', str(tmp_path/'s.json')],
                          capture_output=True, text=True, cwd=project_root(), timeout=600)
     report = json.loads((tmp_path/'s.json').read_text())
     assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])

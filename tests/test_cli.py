@@ -30,7 +30,7 @@ def test_every_command_reaches_its_modules_main_with_the_arguments_untouched(com
 
 def test_the_study_commands_are_the_studys_subcommands():
     assert {c: COMMANDS[c][:2] for c in ('plan', 'run', 'status')} == {c: ('mlmclm.study_cli', [c]) for c in ('plan', 'run', 'status')}
-    assert COMMANDS['figures'][0] == 'mlmclm.render' and COMMANDS['bench'][0] == 'mlmclm.bench'
+    assert COMMANDS['figures'][0] == 'mlmclm.render' and COMMANDS['bench'][0] == 'mlmclm.bench_run'
 
 
 def test_settings_install_the_command():

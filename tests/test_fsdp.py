@@ -47,7 +47,7 @@ def test_two_gloo_processes_under_fsdp_save_resume_and_match_one_process(tmp_pat
 def test_every_block_runs_compiled_under_fsdp2_with_checkpointing():
     "`compile_blocks` before sharding: each block's compiled graph runs in the forward pass and in the recomputation;"
     "compiling the whole model first (as `prepare(torch.compile(model))` did) leaves every block eager."
-    from mlmclm.bench import fsdp2_probe
+    from mlmclm.bench_run import fsdp2_probe
     blocks = fsdp2_probe('tiny', 'cpu', steps=2, seq_len=32)
     assert blocks['block_graph_calls'] == [2 * blocks['layers']] * 2 and blocks['block_graphs'] == 1
     assert blocks['recompile_limit_hits'] == 0 and all(map(math.isfinite, blocks['losses']))

@@ -20,7 +20,8 @@ TABLES = {('model.py', 'HEADS'), ('packing.py', 'HEAD_LOSSES'), ('finetune.py', 
 # each earlier-mlmclm option -> the one function allowed to branch on it
 OPTION_HOMES = {'select_step': '_train', 'ndcg_mode': '_eval_embedding', 'special_tokens': '_bos',
                 'warmup': 'warmup_steps', 'data_source': 'load_task', 'tc_mode': 'head_kind', 'qa_mode': 'head_kind'}
-OTHER_MEANINGS = {'warmup': {'bench.py', 'pretrain.py', 'study.py'}}   # untimed benchmark steps; pretraining's LR warmup
+# untimed benchmark steps; pretraining's LR warmup
+OTHER_MEANINGS = {'warmup': {'bench.py', 'bench_finetune.py', 'pretrain.py', 'study.py'}}
 EMBEDDED = {'sequence': 'rt_sentiment', 'token': 'tweet_ner', 'answer_tokens': 'corpus_cloze',
             'embedding': 'corpus_retrieval'}   # an embedded task of each task kind
 
@@ -143,5 +144,5 @@ def test_each_earlier_option_branches_in_one_place(option):
 
 
 def test_the_benchmark_times_the_step_finetune_run_takes():
-    import mlmclm.bench as bench
+    import mlmclm.bench_finetune as bench
     assert (bench.train_step, bench.run_model, bench.optimizer) == (ft.train_step, ft.run_model, ft.optimizer)

@@ -161,7 +161,7 @@ def test_loading_a_release_warns_where_its_shape_differs_from_our_preset(tmp_pat
 # --- item 12: the smoke judges what it reports (tiny sizes on the CPU) --------------------------------------------------
 
 def _stub_parts(monkeypatch, **results):
-    import mlmclm.bench as bench
+    import mlmclm.bench_run as bench
     for name in ('_smoke_bench', '_smoke_pretrain', '_smoke_finetune', '_smoke_agreement', '_smoke_fsdp'):
         monkeypatch.setattr(bench, name, results.get(name, lambda *a, **k: dict(ok=True)))
     return bench
@@ -190,7 +190,7 @@ def test_each_part_starts_after_a_collection(tmp_path, monkeypatch):
 
 
 def test_graph_breaks_in_compiled_sides_fail_the_benchmark_part(monkeypatch):
-    import mlmclm.bench as bench
+    import mlmclm.bench_run as bench
     def fake(size, objective, *a, **k):
         side = dict(side='ours', tokens_per_s=1.0, ratio=1.0, mfu=None, mfu_doc_lengths=None, peak_gib=None,
                     compiled_frames=1, recompiles=0, recompile_limit_hits=0, graph_breaks=breaks)
@@ -201,7 +201,7 @@ def test_graph_breaks_in_compiled_sides_fail_the_benchmark_part(monkeypatch):
 
 
 def test_the_pretraining_part_fails_on_a_recompile_and_on_memory_outside_the_band(tmp_path, monkeypatch):
-    import mlmclm.bench as bench
+    import mlmclm.bench_run as bench
     dev = torch.device('cpu')
     good = bench._smoke_pretrain(dev, 'tiny', 2, 32, tmp_path/'a')
     assert good['ok'] and good['checks'] == dict(steps=True, memory=True, graph_breaks=True, recompiles=True), good

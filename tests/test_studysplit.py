@@ -77,7 +77,7 @@ def test_the_demos_fine_tuning_is_priced_near_what_the_demo_takes(tmp_path, one_
     a factor 2 of what the demo takes (before: paper-scale lengths and 1,600 examples a run priced ~3x the work), and
     a speed measured on another model size prices nothing."""
     import statistics
-    from mlmclm.bench import finetune_benchmark, finetune_sides
+    from mlmclm.bench_finetune import finetune_benchmark, finetune_sides
     recorded = _timings()
     assert recorded, 'figures/demo/timings.json records no fine-tuning stage'
     minutes = statistics.median(recorded)
