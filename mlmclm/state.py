@@ -152,7 +152,7 @@ def state_folder(path: str | Path) -> Path | None:
         if any((p/name).is_file() for name in (STATE_MANIFEST, 'trainer.pt', '.metadata', 'state.pt')): return p
     return None
 
-# %% ../nbs/01e_state.ipynb #75c4d449
+# %% ../nbs/01e_state.ipynb #e1a0000b
 @dataclass
 class TrainState:
     "What changes from step to step: with the weights and the optimizer, all that a resume needs."
