@@ -38,7 +38,7 @@ from .model import HEADS, Head, TaskModel, Transformer, build_model, compile_blo
 from .checkpoints import check_checkpoint, check_finite_weights, load, save
 from .data import load_tokenizer, tokenizer_sha
 from .objectives import activation_bytes, adamw
-from .pretrain import Trackers
+from .session import Trackers
 from .sizes import GIB, MODEL_SIZES, ModelConfig, memory_estimate, model_config, param_counts, stored_activation_bytes
 from .packing import (HEAD_LOSSES, HeadLoss, batch_backward, collate_packed, collate_padded, micro_batches,
                             to_device, unpack_examples, unpack_tokens)

@@ -145,7 +145,7 @@ def test_a_finetuning_sweep_logs_each_runs_scores_to_mlflow(tmp_path, mlflow_sto
 
 def test_log_with_refuses_an_unknown_or_missing_tracker_and_reads_the_old_switch(capsys):
     from mlmclm.core import ConfigError
-    from mlmclm.pretrain import check_pretrain_config
+    from mlmclm.session import check_pretrain_config
     from mlmclm.runs import finetune_config
     for build in (pretrain_config, finetune_config):
         with pytest.raises(ConfigError, match="log_with='mlflow,tensorbord' names 'tensorbord', which is not a tracker "

@@ -17,7 +17,8 @@ import torch
 from mlmclm.core import ConfigError, build_config, project_root, read_json, read_jsonl
 from mlmclm.model import build_model
 from mlmclm.checkpoints import check_checkpoint, load, save
-from mlmclm.pretrain import PretrainConfig, check_pretrain_config, pretrain
+from mlmclm.pretrain import PretrainConfig, pretrain
+from mlmclm.session import check_pretrain_config
 
 ROOT = project_root()
 PY = sys.executable
@@ -203,7 +204,7 @@ def test_item10_a_run_id_that_is_not_a_plain_folder_name_is_rejected(tmp_path, r
 
 # ---------------------------------------------------------------- issue 15: SIGKILL at 5 random points
 def _whole(folder):
-    "A folder `_atomic_dir` put in place: marked complete, and (for a checkpoint) loadable."
+    "A folder `atomic_dir` put in place: marked complete, and (for a checkpoint) loadable."
     return (folder/'.complete').is_file() and (folder.name == 'state' or load(folder) is not None)
 
 
@@ -352,7 +353,7 @@ def test_item20_the_refusal_says_how_to_resume_from_a_checkpoint_and_that_resume
 
 
 def test_item6_a_state_without_checksums_resumes_once_sealed(stopped, straight, tmp_path):
-    from mlmclm.pretrain import seal_state
+    from mlmclm.state import seal_state
     run = _copy_run(stopped, tmp_path)
     (run/'state'/'checksums.json').unlink()                  # what the previous version wrote
     _refused(tmp_path, 'seal-state')

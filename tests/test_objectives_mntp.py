@@ -21,7 +21,7 @@ def test_mntp_cpt_from_smollm2_runs_and_its_heldout_loss_falls(tmp_path):
     cfg = pretrain_config(init_from=str(folder), schedule=f'mntp40:{STEPS}', total_steps=STEPS, data='embedded',
                           store_dir=str(tmp_path/'stores'), out_dir=str(tmp_path/'runs'), seq_len=64, batch_size=4,
                           lr=1e-4, warmup_steps=1, decay_steps=0, heldout_rows=8, heldout_every=1, log_every=1,
-                          checkpoint_steps='', save_every=STEPS, device='cpu', progress=False)
+                          checkpoint_steps='', save=False, device='cpu', progress=False)
     out = pretrain(cfg)
     rows = [json.loads(line) for line in (out/'metrics.jsonl').read_text().splitlines()]
     held = [r['heldout_loss'] for r in rows if r.get('heldout_loss') is not None]

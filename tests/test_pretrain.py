@@ -11,7 +11,8 @@ import torch
 
 from mlmclm.core import ConfigError, build_config, project_root, read_jsonl
 from mlmclm.checkpoints import load
-from mlmclm.pretrain import check_pretrain_config, pretrain
+from mlmclm.pretrain import pretrain
+from mlmclm.session import check_pretrain_config
 from mlmclm.runs import PretrainConfig, grad_accum, paper_preset, pretrain_config
 from mlmclm.launchers import pretrain_job_specs
 from mlmclm.study import demo_plan, paper_plan

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from mlmclm.core import ConfigError, build_config, read_json, read_jsonl
-from mlmclm.pretrain import PretrainConfig, StateError, pretrain, seal_state, setup
+from mlmclm.pretrain import PretrainConfig, pretrain
+from mlmclm.session import setup
+from mlmclm.state import StateError, seal_state
 
 PY = sys.executable
 TINY = dict(size='tiny', schedule='clm', total_steps=4, seq_len=32, batch_size=4, warmup_steps=1, decay_steps=1,
@@ -184,7 +186,7 @@ def test_n18_a_mask_ratio_under_one_percent_is_refused_before_any_work(tmp_path)
 
 
 def test_n18_a_mask_ratio_that_leaves_micro_batches_empty_is_refused_with_the_least_that_works(tmp_path):
-    from mlmclm.pretrain import check_pretrain_config
+    from mlmclm.session import check_pretrain_config
     with pytest.raises(ConfigError) as err:
         pretrain(_cfg(tmp_path, mask_ratio=0.05, **MLM))
     text = str(err.value)
@@ -198,8 +200,8 @@ def test_n18_a_mask_ratio_that_leaves_micro_batches_empty_is_refused_with_the_le
 
 
 def test_n18_an_empty_micro_batch_is_named_and_no_state_is_promised(tmp_path, monkeypatch):
-    import mlmclm.pretrain as pt
-    monkeypatch.setattr(pt, 'EMPTY_BATCHES_ALLOWED', float('inf'))         # past the config check, as before it
+    import mlmclm.session as session
+    monkeypatch.setattr(session, 'EMPTY_BATCHES_ALLOWED', float('inf'))         # past the config check, as before it
     with pytest.raises(FloatingPointError) as err:
         pretrain(_cfg(tmp_path, mask_ratio=0.02, **MLM))
     text = str(err.value)
@@ -302,7 +304,8 @@ def test_n9_an_own_run_whose_state_another_user_wrote_into_is_refused_naming_the
 
 
 def test_n9_trust_state_from_names_users_of_this_system(tmp_path):
-    from mlmclm.pretrain import check_pretrain_config, trusted_uids
+    from mlmclm.session import check_pretrain_config
+    from mlmclm.state import trusted_uids
     with pytest.raises(ConfigError, match="trust_state_from='root,no-such-user-x' names 'no-such-user-x', no user of this system"):
         check_pretrain_config(_cfg(tmp_path, trust_state_from='root,no-such-user-x'))
     assert trusted_uids(None) == {os.geteuid()} and trusted_uids(' any ') is None

@@ -14,6 +14,8 @@ import pytest
 import torch
 
 import mlmclm.pretrain as P
+import mlmclm.session as S
+import mlmclm.state as ST
 from mlmclm.core import project_root, read_json, read_jsonl
 from mlmclm.checkpoints import load
 from mlmclm.runs import pretrain_config
@@ -29,9 +31,10 @@ NUMERICS = textwrap.dedent('''
     import json, os, sys
     import torch
     import mlmclm.pretrain as P
+    import mlmclm.session as S
     from mlmclm.runs import pretrain_config
-    P.pick_dtype = lambda device: torch.bfloat16
-    seen, build = {}, P._build
+    S.pick_dtype = lambda device: torch.bfloat16
+    seen, build = {}, S._build
     def note(name):
         def hook(module, args, out):
             seen.setdefault(name, set()).add(str(module.weight.dtype))
@@ -44,7 +47,7 @@ NUMERICS = textwrap.dedent('''
         model.model.norm.register_forward_hook(note('final norm'))
         model.model.layers[-1].mlp.down_proj.register_forward_hook(note('block linear'))
         return model
-    P._build = build_noted
+    S._build = build_noted
     values = dict(json.loads(sys.argv[1]), run_id=sys.argv[2])
     folder = P.pretrain(pretrain_config(**values))
     rank = os.environ.get('RANK', '0')
@@ -86,7 +89,7 @@ def test_sharded_and_unsharded_runs_compute_alike_in_fp32_weights_under_bf16_aut
 
 def _setup(tmp_path, **kw):
     "A run set up (model built, run.json written) but not trained; its claim released."
-    run, state = P.setup(pretrain_config(**{**TINY, 'out_dir': str(tmp_path), 'run_id': 'r', **kw}))
+    run, state = S.setup(pretrain_config(**{**TINY, 'out_dir': str(tmp_path), 'run_id': 'r', **kw}))
     run.release()
     return run
 
@@ -113,12 +116,12 @@ def test_one_process_fsdp_is_said_aloud(tmp_path, capsys):
 
 
 def test_an_estimate_above_the_cards_memory_is_said_aloud_with_the_numbers(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(P, '_device_memory', lambda device: 2**20)   # a card of 1 MiB
+    monkeypatch.setattr(S, '_device_memory', lambda device: 2**20)   # a card of 1 MiB
     with pytest.warns(RuntimeWarning, match=r'estimated peak 0\.\d GiB per process \(\w+, none over 1, .*more than the '
                                             r'0\.000977 GiB of cpu: the run will likely run out of memory'):
         _setup(tmp_path, schedule='clm', total_steps=4)
     assert 'set ce_chunk or gradient_checkpointing=True' in capsys.readouterr().err
-    monkeypatch.setattr(P, '_device_memory', lambda device: 80 * 2**30)
+    monkeypatch.setattr(S, '_device_memory', lambda device: 80 * 2**30)
     with warnings.catch_warnings():
         warnings.simplefilter('error', RuntimeWarning)
         _setup(tmp_path/'fits', schedule='clm', total_steps=4)
@@ -134,8 +137,8 @@ def _weights(folder):
 
 def _same_files(a: Path, b: Path) -> bool:
     "Whether the state folders hold the same files, as hard links (checksums.json, shards, trainer.pt)."
-    names = sorted(p.name for p in a.iterdir() if p.name != P.COMPLETE)
-    return names == sorted(p.name for p in b.iterdir() if p.name != P.COMPLETE) and \
+    names = sorted(p.name for p in a.iterdir() if p.name != ST.COMPLETE)
+    return names == sorted(p.name for p in b.iterdir() if p.name != ST.COMPLETE) and \
         all(os.path.samefile(a/n, b/n) for n in names)
 
 
@@ -143,7 +146,7 @@ def test_the_resume_state_at_a_kept_step_is_the_checkpoints_state_linked_and_res
     whole = _run(tmp_path, run_id='whole', checkpoint_steps='2', save_every=4)
     assert _same_files(whole/'checkpoints'/'step-4'/'state', whole/'state')            # written once, linked
     assert not _same_files(whole/'checkpoints'/'step-2'/'state', whole/'state')
-    P.check_state(whole/'state')
+    ST.check_state(whole/'state')
     part = _run(tmp_path, run_id='part', checkpoint_steps='2', save_every=4, stop_at_step=2)
     assert _same_files(part/'checkpoints'/'step-2'/'state', part/'state')
     part = _run(tmp_path, run_id='part', checkpoint_steps='2', save_every=4)              # resumes from the link
@@ -163,15 +166,15 @@ def test_where_links_cannot_be_made_the_state_is_copied(tmp_path, monkeypatch):
     run = _run(tmp_path, run_id='r', checkpoint_steps='', save_every=4)
     kept, state = run/'checkpoints'/'step-4'/'state', run/'state'
     names = sorted(p.name for p in kept.iterdir())
-    assert names == sorted(p.name for p in state.iterdir() if p.name != P.COMPLETE)
+    assert names == sorted(p.name for p in state.iterdir() if p.name != ST.COMPLETE)
     assert all((kept/n).read_bytes() == (state/n).read_bytes() and not os.path.samefile(kept/n, state/n) for n in names)
-    P.check_state(state)
+    ST.check_state(state)
 
 
 def test_a_damaged_state_does_not_send_you_to_the_checkpoint_it_is_linked_to(tmp_path):
     run = _run(tmp_path, run_id='r', checkpoint_steps='2', save_every=4)
     with open(run/'state'/'trainer.pt', 'r+b') as f: f.seek(10); f.write(b'\xff')   # the same inode as step-4's
-    with pytest.raises(P.StateError) as e: P.check_state(run/'state')
+    with pytest.raises(ST.StateError) as e: ST.check_state(run/'state')
     assert f"cp -r {run/'checkpoints'/'step-2'/'state'} {run/'state'}" in str(e.value)   # not step-4, damaged alike
 
 
@@ -188,12 +191,13 @@ HASHES = textwrap.dedent('''
     import json, os, sys
     from pathlib import Path
     import mlmclm.pretrain as P
+    import mlmclm.state as ST
     from mlmclm.runs import pretrain_config
-    sha, rank, log = P._sha256, os.environ['RANK'], Path(sys.argv[2])
+    sha, rank, log = ST._sha256, os.environ['RANK'], Path(sys.argv[2])
     def noted(path):
         with open(log/f'{sys.argv[3]}-{rank}.txt', 'a') as f: f.write(Path(path).name + '\\n')
         return sha(path)
-    P._sha256 = noted
+    ST._sha256 = noted
     P.pretrain(pretrain_config(**json.loads(sys.argv[1])))
 ''')
 
@@ -235,14 +239,14 @@ def test_a_full_disk_during_a_state_save_is_named_and_leaves_no_temporary_folder
     assert e.value.errno == errno.ENOSPC and f"{run/'state'} is unchanged" in str(e.value)
     assert 'The partial copy' in str(e.value) and 'was removed' in str(e.value)
     assert not [p.name for p in run.rglob('*.tmp-*')]                       # the partial copy is gone
-    assert torch.load(run/'state'/'trainer.pt', weights_only=True)['step'] == 2 and P.check_state(run/'state') is None
+    assert torch.load(run/'state'/'trainer.pt', weights_only=True)['step'] == 2 and ST.check_state(run/'state') is None
 
 
 def test_another_write_error_is_left_as_it_is_and_its_temporary_folder_removed(tmp_path, monkeypatch):
     import torch.distributed.checkpoint as dcp
     def broken(state_dict, checkpoint_id): raise ValueError('a bug in the writer')
     monkeypatch.setattr(dcp, 'save', broken)
-    monkeypatch.setattr(P, 'FULL_DISK_BYTES', 0)        # whatever this machine's disk holds
+    monkeypatch.setattr(ST, 'FULL_DISK_BYTES', 0)        # whatever this machine's disk holds
     with pytest.raises(ValueError, match='a bug in the writer'):
         _run(tmp_path, run_id='r', checkpoint_steps='', save_every=2)
     assert not list((tmp_path/'r').rglob('*.tmp-*'))
