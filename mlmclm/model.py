@@ -28,7 +28,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from .core import (ConfigError, atomic_path, atomic_write_json, atomic_write_text, build_config, git_commit,
                          pick_dtype, read_jsonl)
-from .vocab import objective_of, parse_run_name
+from .vocab import Phase, objective_of, parse_run_name
 from .sizes import MODEL_SIZES, ModelConfig, model_config
 
 # %% auto #0
@@ -615,7 +615,7 @@ def logged_losses(metrics: Path, step: int) -> dict:
 
 def _card_schedule(meta: dict) -> str:
     "The phases of the run, as the released names spell them: 'clm for 2 steps, then mlm40 for 6 steps'."
-    def label(p): return objective_of(p['objective']).label(p.get('mask_ratio'))   # the objective table's spelling
+    def label(p): return Phase(p['objective'], p['steps'], p.get('mask_ratio')).label   # as names spell it: 'mlm40', '50clm+50mlm40'
     return ', then '.join(f"{label(p)} for {p['steps']:,} steps" for p in meta.get('phases') or []) or 'not recorded'
 
 
