@@ -28,7 +28,7 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from .core import (ConfigError, atomic_path, atomic_write_json, atomic_write_text, build_config, git_commit,
                          pick_dtype, read_jsonl)
-from .vocab import Phase, objective_of, parse_run_name
+from .vocab import Phase, parse_run_name
 from .sizes import MODEL_SIZES, ModelConfig, model_config
 
 # %% auto #0
