@@ -189,6 +189,11 @@ class Phase:
     def masked(self) -> bool: return any(OBJECTIVES[c.objective].masked for c in self.parts)
 
     @property
+    def moving(self) -> bool:
+        "A mask ratio that moves over the phase: two phases of one label then agree step by step only if equally long."
+        return any(len(c.ratios) > 1 for c in self.parts)
+
+    @property
     def is_causal(self) -> bool:
         "Causal attention throughout (what a checkpoint of the phase is saved with): a mixture is causal only if every part is."
         return all(OBJECTIVES[c.objective].causal for c in self.parts)
