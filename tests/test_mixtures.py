@@ -171,6 +171,9 @@ def test_the_run_record_prices_the_mixture_at_its_expected_cost(straight):
     assert record['phases'][1]['objective'] == '40clm+60mlm30to10' and record['phases'][1]['mask_ratio'] is None
     assert record['phases'][1]['flops_per_token'] == pytest.approx(0.4 * clm + 0.6 * mlm, rel=1e-12)
     assert record['flops_per_token'] == pytest.approx((2 * clm + 4 * (0.4 * clm + 0.6 * mlm)) / 6, rel=1e-12)
+    card = (straight/'checkpoints'/'step-6'/'README.md').read_text()
+    assert 'clm for 2 steps, then 40clm+60mlm30to10 for 4 steps' in card                 # the model card spells it
+    assert json.loads((straight/'checkpoints'/'step-6'/'config.json').read_text()).get('is_causal') is False
 
 
 def test_a_moving_ratio_too_low_for_the_batch_is_refused_before_training(tmp_path):
