@@ -117,7 +117,7 @@ def _read_part(text: str, label: str, mixture: bool, mask_ratio: float | None) -
 
 
 def _parts(label: str, mask_ratio: float | None) -> tuple:
-    "The `Component`s that `label` spells ('50clm+50mlm40', 'mlm30to15to5'), checked; `mask_ratio`: of parts that name none."
+    "The parts (`Component`) that `label` spells ('50clm+50mlm40', 'mlm30to15to5'), checked; `mask_ratio`: of parts that name none."
     texts = label.split('+')
     parts = tuple(_read_part(t, label, len(texts) > 1, mask_ratio) for t in texts)
     if len(parts) > 1:
@@ -136,7 +136,7 @@ def compound_label(label: str, mask_ratio: float | None = None) -> str:
 
 @functools.lru_cache(maxsize=None)
 def compound_parts(label: str) -> tuple:
-    "The `Component`s of a canonical compound label (a phase's `objective`)."
+    "The parts (`Component`) of a canonical compound label (a phase's `objective`)."
     return _parts(label, None)
 
 
@@ -180,7 +180,7 @@ class Phase:
 
     @property
     def parts(self) -> tuple:
-        "Its `Component`s: one for a plain phase, a mixture's in the order written."
+        "Its parts (`Component`): one for a plain phase, a mixture's in the order written."
         if self.compound: return compound_parts(self.objective)
         fixed = (self.mask_ratio,) if OBJECTIVES[self.objective].masked and self.mask_ratio is not None else ()
         return (Component(self.objective, 100, fixed),)
