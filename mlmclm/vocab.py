@@ -76,19 +76,16 @@ class Component:
 
     def ratio_at(self, t: float) -> float | None:
         "The mask ratio at the fraction `t` in [0, 1] of the phase: linear between evenly spaced stops (None: not masked)."
-        if not self.ratios: return None
-        if len(self.ratios) == 1: return self.ratios[0]
-        u = t * (len(self.ratios) - 1)
-        i = min(int(u), len(self.ratios) - 2)
-        f = u - i
-        return self.ratios[i] * (1 - f) + self.ratios[i + 1] * f   # exactly the stop at f = 0 and f = 1
+        r = self.ratios
+        if len(r) < 2: return r[0] if r else None
+        u = t * (len(r) - 1); i = min(int(u), len(r) - 2)
+        return r[i] * (1 - (u - i)) + r[i + 1] * (u - i)   # exactly the stop at u = i and u = i + 1
 
     @property
     def mean_ratio(self) -> float | None:
         "The mask ratio averaged over the phase (the trapezoid rule is exact for a piecewise-linear ratio)."
-        if not self.ratios: return None
         r = self.ratios
-        return r[0] if len(r) == 1 else (sum(r) - (r[0] + r[-1]) / 2) / (len(r) - 1)
+        return None if not r else r[0] if len(r) == 1 else (sum(r) - (r[0] + r[-1]) / 2) / (len(r) - 1)
 
 
 _PART = re.compile(r'(\d+)?([a-z]+?)(\d+(?:to\d+)*)?')
@@ -140,23 +137,12 @@ def compound_parts(label: str) -> tuple:
     return _parts(label, None)
 
 
-def _checked_compound(label: str, mask_ratio) -> None:
-    if mask_ratio is not None:
-        raise ConfigError(f'phase {label!r} carries its mask ratios in its label; mask_ratio={mask_ratio} is not used')
-    if (canonical := compound_label(label)) != label:
-        raise ConfigError(f'phase {label!r} is written {canonical!r}')
-
-
-def _mixture_draw(seed: int, first_row: int) -> int:
-    "A uniform integer in [0, 100) from the run's seed and a micro-batch's first row only (SHA-256: no generator state)."
-    digest = hashlib.sha256(f'mlmclm mixture {seed} {first_row}'.encode()).digest()
-    return int.from_bytes(digest[:8], 'big') * 100 >> 64
-
-
 def _drawn_part(parts: tuple, seed: int, first_row: int) -> Component:
-    "The part that micro-batch `first_row` trains: part i for draws in [w_1 + ... + w_(i-1), w_1 + ... + w_i)."
+    """The part that micro-batch `first_row` trains: a uniform draw in [0, 100) from the SHA-256 of the run's seed and the
+    row only (no generator state); part i takes the draws in [w_1 + ... + w_(i-1), w_1 + ... + w_i)."""
     if len(parts) == 1: return parts[0]
-    draw, end = _mixture_draw(seed, first_row), 0
+    digest = hashlib.sha256(f'mlmclm mixture {seed} {first_row}'.encode()).digest()
+    draw, end = int.from_bytes(digest[:8], 'big') * 100 >> 64, 0
     for c in parts:
         end += c.weight
         if draw < end: return c
@@ -170,8 +156,12 @@ class Phase:
     mask_ratio: float | None = None  # masked objectives with a fixed ratio only (a compound label carries its ratios)
 
     def __post_init__(self):   # an unknown objective fails here, naming the known ones; a compound label is read whole
-        if self.compound: _checked_compound(self.objective, self.mask_ratio)
-        else: objective_of(self.objective)
+        if not self.compound: objective_of(self.objective); return
+        if self.mask_ratio is not None:
+            raise ConfigError(f'phase {self.objective!r} carries its mask ratios in its label; '
+                              f'mask_ratio={self.mask_ratio} is not used')
+        if (canonical := compound_label(self.objective)) != self.objective:
+            raise ConfigError(f'phase {self.objective!r} is written {canonical!r}')
 
     @property
     def compound(self) -> bool:
