@@ -17,7 +17,7 @@ import torch.nn as nn
 from transformers import AutoModelForMaskedLM, LlamaConfig, LlamaForCausalLM
 
 from .core import ConfigError, atomic_path, atomic_write_json, atomic_write_text, build_config, git_commit, read_jsonl
-from .vocab import objective_of, parse_run_name
+from .vocab import Phase, parse_run_name
 from .sizes import MODEL_SIZES, ModelConfig, model_config
 from .model import Rotary, Transformer, to_llama_config_dict
 
@@ -52,7 +52,7 @@ def logged_losses(metrics: Path, step: int) -> dict:
 
 def _card_schedule(meta: dict) -> str:
     "The phases of the run, as the released names spell them: 'clm for 2 steps, then mlm40 for 6 steps'."
-    def label(p): return objective_of(p['objective']).label(p.get('mask_ratio'))   # the objective table's spelling
+    def label(p): return Phase(p['objective'], p['steps'], p.get('mask_ratio')).label   # as names spell it: 'mlm40', '50clm+50mlm40'
     return ', then '.join(f"{label(p)} for {p['steps']:,} steps" for p in meta.get('phases') or []) or 'not recorded'
 
 

@@ -77,6 +77,9 @@ def make_batch(rows: dict,                 # 'input_ids', 'document_ids': (B, T)
     `masked_positions` `(n_masked,)`, the flat positions of `(B*T)` that take a loss (found here: no host sync).
     The objective's row of `mlmclm.vocab.OBJECTIVES` says what to build: corrupt a share of the tokens or not, predict
     the token at each position or the next one, with causal or bidirectional attention."""
+    if phase.compound:   # a mixture or a moving ratio is no objective of its own: each micro-batch draws a plain phase
+        raise ConfigError(f'make_batch needs the plain phase of the micro-batch; {phase.label!r} mixes objectives or moves '
+                          f'its mask ratio: draw it with mlmclm.vocab.drawn_phase(phases, step, seed, first_row)')
     objective = OBJECTIVES[phase.objective]
     ids, docs = rows['input_ids'], rows['document_ids']
     lay = host_layout(None, docs)

@@ -60,11 +60,13 @@ def step_batches(rows,                     # `read(first_row, n)` (a token store
     # a reader fetches only this process's rows; an iterator (standing at the first step's rows) is read in full
     read = rows if callable(rows) else _sequential(rows, steps.start * G)
     for step in steps:
-        _, phase = phase_at(phases, step)
+        i, phase = phase_at(phases, step)
+        in_phase = step - sum(p.steps for p in phases[:i])   # a moving ratio's clock
         micro = []
         for m in range(A):
             first = step * G + (m * world + rank) * B
-            batch = make_batch(read(first, B), phase, tokenizer_ids, replace, seed, first)
+            # a mixture's part is drawn from (seed, first row) only, a moving ratio read at the step: resumes draw alike
+            batch = make_batch(read(first, B), phase.at(in_phase, seed, first), tokenizer_ids, replace, seed, first)
             micro.append({k: v.pin_memory() if pin and torch.is_tensor(v) else v for k, v in batch.items()})
         yield micro
 
@@ -114,7 +116,7 @@ def batch_stream(run: Run, state: TrainState):
 def _non_finite(run: Run, state: TrainState, phase: Phase, loss: float, counts: list) -> FloatingPointError:
     "The error of a step whose loss is not finite, saying what is known: a micro-batch with nothing to predict, and the state to resume (if there is one)."
     empty = [m for m, n in enumerate(counts) if int(n) == 0]
-    if empty: why = (f'micro-batch {empty[0]} of the step has no {"masked" if phase.mask_ratio else "labelled"} token '
+    if empty: why = (f'micro-batch {empty[0]} of the step has no {"masked" if phase.masked else "labelled"} token '
                      f'({run.cfg.batch_size} rows x {run.cfg.seq_len} tokens, mask_ratio={phase.mask_ratio}), so its loss '
                      f'is 0/0: raise mask_ratio, batch_size or seq_len')
     else: why = 'no micro-batch of this process was empty, so the training diverged (a lower lr or a longer warmup helps)'
@@ -163,6 +165,7 @@ def heldout_batches(run: Run, phase: Phase) -> list[dict]:
 @torch.no_grad()
 def heldout_loss(run: Run, phase: Phase) -> float:
     "`phase`'s loss on the held-out rows: every labelled position weighs the same (every process computes it whole)."
+    if phase.compound: return sum(w * heldout_loss(run, p) for w, p in phase.final_parts())   # its parts', by share
     if phase.label not in run.heldout: run.heldout[phase.label] = heldout_batches(run, phase)
     batches = run.heldout[phase.label]
     total = count = 0.0
@@ -200,10 +203,17 @@ def log_metrics(run: Run, state: TrainState, phase_index: int, phase: Phase, los
                                                    phase.mask_ratio or 0.0, run.cfg.sparse_head, attn_len=span) / \
                             (peak * run.acc.num_processes) if peak else None
     span = sum(attn_spans) / len(attn_spans) if attn_spans else None   # equal tokens per batch: the mean is exact
+    parts = [(p.label, w, heldout_loss(run, p)) for w, p in phase.final_parts()] if held else []   # a plain phase: itself
     row = dict(step=state.step, phase=phase_index, objective=phase.objective, mask_ratio=phase.mask_ratio, loss=loss,
                lr=lr, tokens_seen=state.tokens_seen, tokens_per_s=tps, mfu=mfu(), flop_convention=FLOP_CONVENTION,
                attention_span=span, mfu_doc_lengths=mfu(span) if span else None,
-               heldout_loss=heldout_loss(run, phase) if held else None)
+               heldout_loss=sum(w * loss for _, w, loss in parts) if held else None)
+    if phase.compound:   # what the step's micro-batches (every process's) drew, and each part's held-out loss
+        step, G, B = state.step - 1, run.rows_per_step, run.cfg.batch_size
+        at = step - sum(p.steps for p in run.phases[:phase_index])
+        drawn = [phase.at(at, run.cfg.seed, step * G + r).label for r in range(0, G, B)]
+        row.update(drawn={d: drawn.count(d) for d in sorted(set(drawn))},
+                   heldout_parts={k: loss for k, _, loss in parts} if held else None)
     if attn_spans is not None: attn_spans.clear()
     if run.is_main:
         append_jsonl(run.folder/'metrics.jsonl', row)

@@ -110,15 +110,19 @@ EMPTY_BATCHES_ALLOWED = 1e-3   # expected micro-batches without a masked token o
 def _check_masking(cfg: PretrainConfig, phases: list[Phase]) -> None:
     "Refuse a masked phase whose micro-batches may hold no masked token: such a batch's loss is 0/0 and stops the run."
     tokens = cfg.batch_size * cfg.seq_len                  # an upper bound: special tokens are never masked
-    for p in (p for p in phases if OBJECTIVES[p.objective].masked):
+    for p in (p for p in phases if p.masked):
         micro = p.steps * max(1, (cfg.global_batch or cfg.batch_size) // cfg.batch_size)
-        if (expected := micro * (1 - p.mask_ratio) ** tokens) > EMPTY_BATCHES_ALLOWED:
-            need = 1 - (EMPTY_BATCHES_ALLOWED / micro) ** (1 / tokens)
-            raise ConfigError(f'mask_ratio={p.mask_ratio:g} ({p.label}, {p.steps} steps) with batch_size={cfg.batch_size} '
-                              f'x seq_len={cfg.seq_len} = {tokens} tokens per micro-batch: about {expected:.3g} of its '
-                              f'{micro} micro-batches would hold no masked token (each with probability '
-                              f'{(1 - p.mask_ratio) ** tokens:.3g}), whose loss is undefined; use mask_ratio >= '
-                              f'{math.ceil(need * 1000) / 1000:g}, or more tokens per micro-batch')
+        for c in (c for c in p.parts if OBJECTIVES[c.objective].masked):   # a mixture's masked parts, at their share
+            ratio, share = min(c.ratios), c.weight / 100                    # a moving ratio: its rarest mask ...
+            empty = (1 - ratio) ** tokens if len(c.ratios) == 1 else \
+                    sum((1 - c.ratio_at(k / max(p.steps - 1, 1))) ** tokens for k in range(p.steps)) / p.steps   # ... averaged
+            if (expected := micro * share * empty) > EMPTY_BATCHES_ALLOWED:
+                need = 1 - (EMPTY_BATCHES_ALLOWED / (micro * share)) ** (1 / tokens)
+                raise ConfigError(f'mask_ratio={ratio:g} ({p.label}, {p.steps} steps) with batch_size={cfg.batch_size} '
+                                  f'x seq_len={cfg.seq_len} = {tokens} tokens per micro-batch: about {expected:.3g} of its '
+                                  f'{micro} micro-batches would hold no masked token (each with probability '
+                                  f'{(1 - ratio) ** tokens:.3g}), whose loss is undefined; use mask_ratio >= '
+                                  f'{math.ceil(need * 1000) / 1000:g}, or more tokens per micro-batch')
 
 
 def _position_limit(cfg: PretrainConfig) -> tuple[int, str]:

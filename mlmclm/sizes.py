@@ -12,13 +12,14 @@ from typing import Callable
 
 from .core import ConfigError, build_config, param
 from .corpus import EMBEDDED_VOCAB_SIZE
-from .vocab import OBJECTIVES, objective_of
+from .vocab import OBJECTIVES, Phase, objective_of
 
 # %% auto #0
 __all__ = ['ATTN_BACKENDS', 'LLAMA3_VOCAB_SIZE', 'MODEL_SIZES', 'FLOP_CONVENTION', 'PEAK_FLOPS', 'PLANNER_GPU', 'STRATEGIES',
            'GIB', 'ACTIVATION_BYTES', 'COMPILED_ACTIVATION_BYTES', 'LOGIT_BYTES', 'FIT_STEPS', 'ModelConfig',
-           'model_config', 'param_counts', 'flops_per_token', 'Peak', 'peak_flops', 'block_shape',
-           'stored_activation_bytes', 'stored_logit_bytes', 'memory_estimate', 'memory_line', 'fit_settings']
+           'model_config', 'param_counts', 'flops_per_token', 'phase_flops_per_token', 'Peak', 'peak_flops',
+           'block_shape', 'stored_activation_bytes', 'stored_logit_bytes', 'memory_estimate', 'memory_line',
+           'fit_settings']
 
 # %% ../nbs/00d_sizes.ipynb #8c173f07
 ATTN_BACKENDS = ('sdpa', 'eager', 'flash')   # the attention kernels (`01_model`)
@@ -98,17 +99,30 @@ FLOP_CONVENTION = ('6N per token (blocks + LM head; embeddings excluded; sparse 
 
 def flops_per_token(cfg: str | ModelConfig,      # a key of `MODEL_SIZES` or a `ModelConfig`
                     seq_len: int,             # tokens per row
-                    objective: str = 'clm',   # a key of `mlmclm.vocab.OBJECTIVES`: 'clm', 'mlm', 'mntp'
+                    objective: str = 'clm',   # a key of `mlmclm.vocab.OBJECTIVES`, or a compound phase label ('50clm+50mlm40')
                     mask_ratio: float = 0.4,  # masked objectives: the share of positions the sparse head computes
                     sparse_head: bool = True, # masked objectives: the LM head only at the labelled positions
                     attn_len: float | None = None,  # keys per query in the attention term; None: `seq_len` (the convention)
                    ) -> float:
     "Training FLOPs per token under `FLOP_CONVENTION` (see above)."
     if isinstance(cfg, str): cfg = model_config(cfg)
+    if objective not in OBJECTIVES and (phase := Phase(objective, 1)).compound:   # an unknown name fails in Phase
+        return phase_flops_per_token(cfg, seq_len, phase, sparse_head, attn_len)
     n = param_counts(cfg)
     head_share = objective_of(objective).head_share(mask_ratio, sparse_head)
     attn = 12 * cfg.num_hidden_layers * (seq_len if attn_len is None else attn_len) * cfg.num_attention_heads * cfg.head_dim
     return 6 * (n['body'] + head_share * n['head']) + attn
+
+
+def phase_flops_per_token(cfg: str | ModelConfig,  # a key of `MODEL_SIZES` or a `ModelConfig`
+                          seq_len: int,            # tokens per row
+                          phase: Phase,            # plain, a mixture or a moving ratio
+                          sparse_head: bool = True,
+                          attn_len: float | None = None,
+                         ) -> float:
+    "Expected training FLOPs per token of `phase`: its parts' costs weighted by their shares, each at its mean mask ratio."
+    return sum(c.weight / 100 * flops_per_token(cfg, seq_len, c.objective, c.mean_ratio or 0.0, sparse_head, attn_len)
+               for c in phase.parts)
 
 # %% ../nbs/00d_sizes.ipynb #553122c2
 @dataclass(frozen=True)
@@ -252,7 +266,7 @@ def memory_estimate(size,                         # a key of MODEL_SIZES or a `M
                     processes: int = 8,           # processes (GPUs) of the run: FSDP2 shards over them
                     micro_batch: int = 12,        # rows per process per micro-batch
                     seq_len: int = 1024,          # tokens per row
-                    objective: str = 'mlm',       # a key of `mlmclm.vocab.OBJECTIVES`
+                    objective: str = 'mlm',       # a key of `mlmclm.vocab.OBJECTIVES`, or a compound label (its costliest part)
                     mask_ratio: float = 0.4,      # MLM: the share the sparse head computes
                     sparse_head: bool = True,     # MLM: LM head at the masked positions only
                     ce_chunk: int = 0,            # chunked cross-entropy, positions per chunk (0: at once)
@@ -267,6 +281,11 @@ def memory_estimate(size,                         # a key of MODEL_SIZES or a `M
                    ) -> dict:                     # GiB per process: parts and `peak`
     "Peak memory of one training process (see above); the activations and the loss as stored, or as measured (`**MEASURED`)."
     if strategy not in STRATEGIES: raise ConfigError(f'strategy={strategy!r}; choose one of {list(STRATEGIES)}')
+    if objective not in OBJECTIVES and (phase := Phase(objective, 1)).compound:   # each part at its highest ratio
+        kw = {k: v for k, v in locals().items() if k not in ('size', 'objective', 'mask_ratio', 'phase')}
+        worst = max((memory_estimate(size, objective=c.objective, mask_ratio=max(c.ratios, default=mask_ratio), **kw)
+                     for c in phase.parts), key=lambda e: e['peak_gib'])
+        return dict(worst, objective=objective)
     head_share = objective_of(objective).head_share(mask_ratio, sparse_head)   # an unknown objective fails here
     cfg, compiled = model_config(size, attn_backend=attn_backend), bf16 if compiled is None else compiled
     n, tokens = param_counts(cfg), micro_batch * seq_len
@@ -287,7 +306,7 @@ def memory_estimate(size,                         # a key of MODEL_SIZES or a `M
 
 def memory_line(e: dict) -> str:
     "One line for logs and plans: the estimate and the settings it is for."
-    opts = ', '.join(k for k, on in (('sparse head', e['sparse_head'] and OBJECTIVES[e['objective']].masked),
+    opts = ', '.join(k for k, on in (('sparse head', e['sparse_head'] and Phase(e['objective'], 1).masked),
                                       (f"ce_chunk {e['ce_chunk']}", e['ce_chunk']), ('checkpointing', e['grad_ckpt']),
                                       ('compiled blocks', e.get('compiled'))) if on)
     return (f"estimated peak {e['peak_gib']:.1f} GiB per process ({e['size']}, {e['strategy']} over {e['processes']}, "

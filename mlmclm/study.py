@@ -71,7 +71,9 @@ class EvalPoint:
 def _shared_prefix(a: tuple, b: tuple) -> int:
     "Steps at the start of two phase lists during which they train the same objective (and mask ratio)."
     shared, ia, ib, pa, pb = 0, 0, 0, 0, 0   # phase index and steps used within it, for a and b
-    while ia < len(a) and ib < len(b) and (a[ia].objective, a[ia].mask_ratio) == (b[ib].objective, b[ib].mask_ratio):
+    # a moving mask ratio is read at the step's place in its phase: two such phases agree only if equally long
+    while ia < len(a) and ib < len(b) and (a[ia].objective, a[ia].mask_ratio) == (b[ib].objective, b[ib].mask_ratio) \
+            and (not a[ia].moving or a[ia].steps == b[ib].steps):
         n = min(a[ia].steps - pa, b[ib].steps - pb)
         shared += n; pa += n; pb += n
         if pa == a[ia].steps: ia, pa = ia + 1, 0

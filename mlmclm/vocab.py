@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import itertools
 import re
 from dataclasses import dataclass
@@ -16,10 +18,10 @@ from .core import ConfigError
 __all__ = ['OBJECTIVES', 'SIZE_ORDER', 'CONTROL', 'SIZES', 'RATIOS', 'BUDGETS', 'E3_STEPS', 'CPT_STEPS', 'FULL_BUDGET',
            'FAMILIES', 'PAPER_DATASETS', 'PAPER_TASKS', 'EMBEDDED_TASKS', 'PAPER_LRS', 'PAPER_SEEDS', 'TRAIN_ON',
            'ADAMW', 'PRETRAIN', 'FINETUNE', 'FINETUNE_OPTIONS', 'PROTOCOL_AXES', 'PROTOCOL', 'Objective',
-           'objective_of', 'Phase', 'parse_schedule', 'phase_at', 'switch_steps', 'RunName', 'kilo_steps', 'run_name',
-           'phase_of_label', 'parse_run_name', 'run_kind', 'describe_checkpoint', 'paper_experiments',
-           'paper_checkpoints', 'paper_run_names', 'AdamW', 'PretrainRecipe', 'FinetuneRecipe', 'ProtocolOption',
-           'check_protocol_axes']
+           'objective_of', 'Component', 'compound_label', 'compound_parts', 'Phase', 'parse_schedule', 'phase_at',
+           'drawn_phase', 'switch_steps', 'RunName', 'kilo_steps', 'run_name', 'phase_of_label', 'parse_run_name',
+           'run_kind', 'describe_checkpoint', 'paper_experiments', 'paper_checkpoints', 'paper_run_names', 'AdamW',
+           'PretrainRecipe', 'FinetuneRecipe', 'ProtocolOption', 'check_protocol_axes']
 
 # %% ../nbs/00a_vocab.ipynb #405ae61a
 @dataclass(frozen=True)
@@ -58,22 +60,152 @@ def objective_of(name: str) -> Objective:
     if name not in OBJECTIVES: raise ConfigError(f'objective={name!r}; choose from {", ".join(map(repr, OBJECTIVES))}')
     return OBJECTIVES[name]
 
-# %% ../nbs/00a_vocab.ipynb #e37d229b
+# %% ../nbs/00a_vocab.ipynb #11151007
 @dataclass(frozen=True)
-class Phase:
-    objective: str                   # a key of `OBJECTIVES`: 'clm', 'mlm', 'mntp'
-    steps: int                       # optimizer steps in this phase
-    mask_ratio: float | None = None  # masked objectives only
-
-    def __post_init__(self): objective_of(self.objective)   # an unknown objective fails here, naming the known ones
-
-    @property
-    def is_causal(self) -> bool: return objective_of(self.objective).causal
+class Component:
+    "One part of a phase: an objective, its share of the phase's micro-batches, and its mask ratio, fixed or moving."
+    objective: str       # a key of `OBJECTIVES`
+    weight: int = 100    # percent of the phase's micro-batches that train it (100: the phase's only part)
+    ratios: tuple = ()   # masked objectives: the mask ratio's stops, evenly spaced over the phase (one stop: fixed)
 
     @property
     def label(self) -> str:
-        "The released names' spelling: 'clm', 'mlm40', 'mntp40'."
-        return objective_of(self.objective).label(self.mask_ratio)
+        "Its spelling: 'mlm40', 'mlm30to5', with its weight in front inside a mixture: '50clm', '50mlm40'."
+        stops = 'to'.join(str(round(r * 100)) for r in self.ratios)
+        return f"{self.weight if self.weight < 100 else ''}{self.objective}{stops}"
+
+    def ratio_at(self, t: float) -> float | None:
+        "The mask ratio at the fraction `t` in [0, 1] of the phase: linear between evenly spaced stops (None: not masked)."
+        r = self.ratios
+        if len(r) < 2: return r[0] if r else None
+        u = t * (len(r) - 1); i = min(int(u), len(r) - 2)
+        return r[i] * (1 - (u - i)) + r[i + 1] * (u - i)   # exactly the stop at u = i and u = i + 1
+
+    @property
+    def mean_ratio(self) -> float | None:
+        "The mask ratio averaged over the phase (the trapezoid rule is exact for a piecewise-linear ratio)."
+        r = self.ratios
+        return None if not r else r[0] if len(r) == 1 else (sum(r) - (r[0] + r[-1]) / 2) / (len(r) - 1)
+
+
+_PART = re.compile(r'(\d+)?([a-z]+?)(\d+(?:to\d+)*)?')
+
+def _read_part(text: str, label: str, mixture: bool, mask_ratio: float | None) -> Component:
+    m = _PART.fullmatch(text)
+    if not m: raise ConfigError(f'phase {label!r}: cannot read {text!r}; write parts like 50clm, 50mlm40 or mlm30to5')
+    weight, name, stops = m.groups()
+    try: obj = objective_of(name)
+    except ConfigError as e: raise ConfigError(f'phase {label!r}: {e}') from None
+    if mixture and not weight:
+        raise ConfigError(f"phase {label!r}: a mixture gives every part its percent of the micro-batches, e.g. "
+                          f"'50clm+50mlm40'; {text!r} has none")
+    if weight and not mixture:
+        raise ConfigError(f"phase {label!r}: a weight belongs to a part of a mixture ('50clm+50mlm40'); one objective "
+                          f"takes all the micro-batches")
+    if stops and not obj.masked: raise ConfigError(f'phase {label!r}: {obj.name} takes no mask ratio')
+    ratios = tuple(int(s) / 100 for s in stops.split('to')) if stops else (mask_ratio,) if obj.masked else ()
+    if obj.masked and ratios == (None,):
+        raise ConfigError(f'phase {label!r}: {text!r} names no mask ratio; write it, e.g. {text}40')
+    for r in ratios: _check_mask_ratio(r)
+    if len(ratios) > 1 and len(set(ratios)) == 1:
+        raise ConfigError(f'phase {label!r}: a moving mask ratio needs stops that differ; a fixed one is written '
+                          f'{obj.name}{stops.split("to")[0]}')
+    return Component(obj.name, int(weight) if weight else 100, ratios)
+
+
+def _parts(label: str, mask_ratio: float | None) -> tuple:
+    "The parts (`Component`) that `label` spells ('50clm+50mlm40', 'mlm30to15to5'), checked; `mask_ratio`: of parts that name none."
+    texts = label.split('+')
+    parts = tuple(_read_part(t, label, len(texts) > 1, mask_ratio) for t in texts)
+    if len(parts) > 1:
+        if not all(1 <= c.weight <= 99 for c in parts) or sum(c.weight for c in parts) != 100:
+            raise ConfigError(f"phase {label!r}: the weights {' + '.join(str(c.weight) for c in parts)} must each be in "
+                              f"[1, 99] and sum to 100 (percent of the micro-batches)")
+        if len({(c.objective, c.ratios) for c in parts}) < len(parts):
+            raise ConfigError(f'phase {label!r}: two parts train the same objective at the same ratio; add their weights')
+    return parts
+
+
+def compound_label(label: str, mask_ratio: float | None = None) -> str:
+    "The canonical spelling of a mixture or moving ratio ('50clm+50mlm' with `mask_ratio` 0.4 -> '50clm+50mlm40')."
+    return '+'.join(c.label for c in _parts(label, mask_ratio))
+
+
+@functools.lru_cache(maxsize=None)
+def compound_parts(label: str) -> tuple:
+    "The parts (`Component`) of a canonical compound label (a phase's `objective`)."
+    return _parts(label, None)
+
+
+def _drawn_part(parts: tuple, seed: int, first_row: int) -> Component:
+    """The part that micro-batch `first_row` trains: a uniform draw in [0, 100) from the SHA-256 of the run's seed and the
+    row only (no generator state); part i takes the draws in [w_1 + ... + w_(i-1), w_1 + ... + w_i)."""
+    if len(parts) == 1: return parts[0]
+    digest = hashlib.sha256(f'mlmclm mixture {seed} {first_row}'.encode()).digest()
+    draw, end = int.from_bytes(digest[:8], 'big') * 100 >> 64, 0
+    for c in parts:
+        end += c.weight
+        if draw < end: return c
+    raise AssertionError(f'weights of {parts} do not sum to 100')
+
+# %% ../nbs/00a_vocab.ipynb #e37d229b
+@dataclass(frozen=True)
+class Phase:
+    objective: str                   # a key of `OBJECTIVES` ('clm', 'mlm', 'mntp'), or a compound label ('50clm+50mlm40', 'mlm30to5')
+    steps: int                       # optimizer steps in this phase
+    mask_ratio: float | None = None  # masked objectives with a fixed ratio only (a compound label carries its ratios)
+
+    def __post_init__(self):   # an unknown objective fails here, naming the known ones; a compound label is read whole
+        if not self.compound: objective_of(self.objective); return
+        if self.mask_ratio is not None:
+            raise ConfigError(f'phase {self.objective!r} carries its mask ratios in its label; '
+                              f'mask_ratio={self.mask_ratio} is not used')
+        if (canonical := compound_label(self.objective)) != self.objective:
+            raise ConfigError(f'phase {self.objective!r} is written {canonical!r}')
+
+    @property
+    def compound(self) -> bool:
+        "A mixture of objectives or a moving mask ratio (see below): its `objective` is its label."
+        return self.objective not in OBJECTIVES and bool(re.search(r'\+|\dto\d', self.objective))
+
+    @property
+    def parts(self) -> tuple:
+        "Its parts (`Component`): one for a plain phase, a mixture's in the order written."
+        if self.compound: return compound_parts(self.objective)
+        fixed = (self.mask_ratio,) if OBJECTIVES[self.objective].masked and self.mask_ratio is not None else ()
+        return (Component(self.objective, 100, fixed),)
+
+    @property
+    def masked(self) -> bool: return any(OBJECTIVES[c.objective].masked for c in self.parts)
+
+    @property
+    def moving(self) -> bool:
+        "A mask ratio that moves over the phase: two phases of one label then agree step by step only if equally long."
+        return any(len(c.ratios) > 1 for c in self.parts)
+
+    @property
+    def is_causal(self) -> bool:
+        "Causal attention throughout (what a checkpoint of the phase is saved with): a mixture is causal only if every part is."
+        return all(OBJECTIVES[c.objective].causal for c in self.parts)
+
+    @property
+    def label(self) -> str:
+        "The released names' spelling: 'clm', 'mlm40', 'mntp40'; a compound phase: '50clm+50mlm40', 'mlm30to5'."
+        return self.objective if self.compound else objective_of(self.objective).label(self.mask_ratio)
+
+    def at(self, step: int,       # 0-based step within this phase
+           seed: int,             # the run's seed
+           first_row: int,        # the micro-batch's first row (unique in the run)
+          ) -> Phase:
+        "The plain phase one micro-batch trains: a mixture's drawn part, a moving ratio's value at `step` (a plain phase: itself)."
+        if not self.compound: return self
+        part = _drawn_part(self.parts, seed, first_row)
+        return Phase(part.objective, self.steps, part.ratio_at(step / (self.steps - 1) if self.steps > 1 else 0.0))
+
+    def final_parts(self) -> list[tuple[float, Phase]]:
+        "(share, plain phase) of each part at its last mask ratio: what held-out losses measure (a plain phase: itself)."
+        if not self.compound: return [(1.0, self)]
+        return [(c.weight / 100, Phase(c.objective, self.steps, c.ratios[-1] if c.ratios else None)) for c in self.parts]
 
 
 def _named_schedule(schedule, total_steps, clm_steps, clm_fraction, mask_ratio) -> list[Phase]:
@@ -93,10 +225,15 @@ def _phase_list(schedule: str, mask_ratio: float) -> list[Phase]:
     phases = []
     for part in schedule.split(','):
         m = re.fullmatch(rf'\s*({"|".join(OBJECTIVES)})(\d{{2}})?\s*:\s*(\d+)\s*', part)
+        if not m and (c := re.fullmatch(r'\s*([a-z0-9+]*(?:\+|\dto\d)[a-z0-9+]*|\d+[a-z][a-z0-9]*)\s*:\s*(\d+)\s*', part)):
+            if int(c.group(2)) < 1: raise ConfigError(f'phase {part.strip()!r} has no steps')
+            phases.append(Phase(compound_label(c.group(1), mask_ratio), int(c.group(2))))   # read and written canonically
+            continue
         if not m:
             raise ConfigError(f"schedule={schedule!r}: cannot read phase {part.strip()!r}; use "
                               f"{', '.join(repr(s) for s in (*OBJECTIVES, 'biphasic'))}, or phases like "
-                              f"'clm:10000,mlm:32000' or 'mlm30:2000'")
+                              f"'clm:10000,mlm:32000' or 'mlm30:2000', a mixture '50clm+50mlm40:2000' or a moving "
+                              f"ratio 'mlm30to5:2000'")
         obj, ratio, steps = OBJECTIVES[m.group(1)], m.group(2), int(m.group(3))
         if ratio and not obj.masked: raise ConfigError(f'phase {part.strip()!r}: {obj.name} takes no mask ratio')
         if steps < 1: raise ConfigError(f'phase {part.strip()!r} has no steps')
@@ -115,7 +252,7 @@ def parse_schedule(schedule: str,                     # an objective ('mlm', 'cl
                    total_steps: int | None = None,    # the budget (required for the named schedules)
                    clm_steps: int | None = None,      # biphasic: CLM steps before the switch
                    clm_fraction: float | None = None, # biphasic: CLM share of the budget instead
-                   mask_ratio: float = 0.4,           # ratio of MLM phases that do not name one
+                   mask_ratio: float = 0.4,           # ratio of MLM phases (and mixture parts) that do not name one
                   ) -> list[Phase]:
     "The phases of a schedule, checked against the budget."
     _check_mask_ratio(mask_ratio)
@@ -127,7 +264,7 @@ def parse_schedule(schedule: str,                     # an objective ('mlm', 'cl
             raise ConfigError(f'schedule={schedule!r} has {sum(p.steps for p in phases)} steps but '
                               f'total_steps={total_steps}')
     for p in phases:
-        if OBJECTIVES[p.objective].masked: _check_mask_ratio(p.mask_ratio)
+        if not p.compound and OBJECTIVES[p.objective].masked: _check_mask_ratio(p.mask_ratio)   # a compound's: when read
     return phases
 
 
@@ -138,6 +275,12 @@ def phase_at(phases: list[Phase], step: int) -> tuple[int, Phase]:
         end += p.steps
         if step < end: return i, p
     raise ValueError(f'step {step} is past the schedule ({end} steps)')
+
+
+def drawn_phase(phases: list[Phase], step: int, seed: int, first_row: int) -> Phase:
+    "The plain phase that the micro-batch starting at row `first_row` of optimizer step `step` trains (`Phase.at`)."
+    i, p = phase_at(phases, step)
+    return p.at(step - sum(q.steps for q in phases[:i]), seed, first_row)
 
 
 def switch_steps(phases: list[Phase]) -> list[int]:
@@ -164,7 +307,7 @@ class RunName:
 
     @property
     def mask_ratio(self) -> float | None:
-        ratios = {p.mask_ratio for p in self.phases if OBJECTIVES[p.objective].masked}
+        ratios = {p.mask_ratio for p in self.phases if p.masked}   # a compound phase has none (None)
         return ratios.pop() if len(ratios) == 1 else None
 
 
@@ -187,14 +330,19 @@ def run_name(run: RunName) -> str:
 
 
 def _labels() -> str:
-    "The phase labels the table allows, as a regular expression: 'clm|mlm\\d{2}|mntp\\d{2}' (read at each call)."
-    return '|'.join(o.name + (r'\d{2}' if o.masked else '') for o in OBJECTIVES.values())
+    """The phase labels the table allows, as a regular expression: 'clm|mlm\\d{2}|mntp\\d{2}', then the compound ones
+    (a mixture '50clm+50mlm40', a moving ratio 'mlm30to5'; `Phase` checks them whole). Read at each call."""
+    names, masked = '|'.join(OBJECTIVES), '|'.join(o.name for o in OBJECTIVES.values() if o.masked)
+    part = rf'\d+(?:{names})(?:\d+(?:to\d+)*)?'
+    plain = '|'.join(o.name + (r'\d{2}' if o.masked else '') for o in OBJECTIVES.values())
+    return rf'{plain}|{part}(?:\+{part})+|(?:{masked})\d+(?:to\d+)+'
 
 
 def phase_of_label(label: str,  # a released phase label: 'clm', 'mlm40', 'mntp30'
                    steps: int,
                   ) -> Phase:
     "The phase a label spells, trained for `steps` steps (the inverse of `Phase.label`)."
+    if re.search(r'\+|\dto\d', label): return Phase(label, steps)   # a mixture or a moving ratio, checked whole
     m = re.fullmatch(r'([a-z]+)(\d{2})?', label)
     obj = objective_of(m.group(1) if m else label)
     if obj.masked != bool(m.group(2)): raise ValueError(f'phase label {label!r}: expected {obj.label(0.4)!r}-like')
@@ -226,8 +374,10 @@ SIZE_ORDER = ['tiny', '210m', '610m', '1b', '1.2b']   # '1.2b': the earlier read
 def run_kind(phases,          # the phases trained (after the CPT start, if any)
              cpt: bool = False,  # continued from a decayed checkpoint
             ) -> str:
-    "'cpt', the one objective trained ('clm', 'mlm', 'mntp'), or 'biphasic' where phases switch objectives."
+    """'cpt', the one objective trained ('clm', 'mlm', 'mntp'), 'biphasic' where phases switch objectives, or 'mixed'
+    where a phase mixes objectives or moves its mask ratio (no figure of the paper has such runs)."""
     objectives = {p.objective for p in phases}
+    if not cpt and any(p.compound for p in phases): return 'mixed'
     return 'cpt' if cpt else objectives.pop() if len(objectives) == 1 else 'biphasic'
 
 def describe_checkpoint(name: str) -> dict:
