@@ -80,7 +80,8 @@ def step_defaults(total_steps: int) -> dict:
 @dataclass
 class PretrainConfig:
     size: str = param('tiny', 'model size; ignored with init_from', choices=tuple(SIZE_ORDER))
-    schedule: str = param('mlm', "'mlm', 'clm', 'mntp', 'biphasic' or phases like 'clm:10000,mntp40:32000'")
+    schedule: str = param('mlm', "'mlm', 'clm', 'mntp', 'biphasic' or phases like 'clm:10000,mntp40:32000', a mixture "
+                                 "'50clm+50mlm40:N' or a moving mask ratio 'mlm30to5:N'")
     total_steps: int = param(336, 'optimizer steps in this run (42000 in the paper)', low=1)
     clm_steps: int | None = param(None, 'biphasic: CLM steps before the switch', low=1)
     clm_fraction: float | None = param(None, f'biphasic: CLM share of total_steps instead ({BIPHASIC_CLM_FRACTION} when '
