@@ -41,8 +41,8 @@ from .packing import collate_packed, collate_padded, head_loss, micro_batches, p
 from .pretrain import pretrain, step_batches
 from .runs import finetune_config, pretrain_config
 from .tasks import TASKS, Task
-from .finetune import (KINDS, RunContext, head_kind, optimizer, packed_layout, run_model, token_budget, train_step,
-                             warmup_steps)
+from .evaluation import KINDS, RunContext, head_kind
+from .finetune import optimizer, packed_layout, run_model, token_budget, train_step, warmup_steps
 
 # %% auto #0
 __all__ = ['BENCH_SHAPES', 'BENCH_SIZES', 'FT_BATCH', 'TRAINER_MICRO', 'SMOKE', 'SMOKE_MEMORY_BAND', 'bench_config',
