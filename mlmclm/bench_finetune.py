@@ -25,8 +25,8 @@ from .data import load_tokenizer
 from .packing import micro_batches, pack_rows
 from .runs import finetune_config
 from .tasks import TASKS, Task
-from .finetune import (KINDS, RunContext, head_kind, optimizer, packed_layout, run_model, token_budget,
-                             train_step, warmup_steps)
+from .finetune import optimizer, packed_layout, run_model, token_budget, train_step, warmup_steps
+from .evaluation import KINDS, RunContext, head_kind
 from .bench import bench_config, device_name, sync_device
 
 # %% auto #0

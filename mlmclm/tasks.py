@@ -109,7 +109,7 @@ DATA_SOURCES = ('encodeval', 'canonical')
 class Task:
     name: str
     family: str                      # 'SC', 'TC', 'QA', 'IR'
-    kind: str                        # its head kind under the paper's protocol: a row of `mlmclm.finetune.KINDS`
+    kind: str                        # its head kind under the paper's protocol: a row of `mlmclm.evaluation.KINDS`
     load: Callable                   # () -> {'train': [...], 'validation': [...], 'test': [...]}: the authors' source
     labels: tuple = ()               # class or tag names (SC, TC)
     in_paper: bool = False           # counts in its family's mean in the figures (an allow-list: see the table)

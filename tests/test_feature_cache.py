@@ -8,6 +8,8 @@ import pytest
 import torch
 
 import mlmclm.finetune as ft
+import mlmclm.encoding as enc
+import mlmclm.evaluation as ev
 from mlmclm.tasks import TASKS
 
 CASES = {   # id: (task, the KINDS row, options)
@@ -26,7 +28,7 @@ def tok():
 
 
 def _run(tok, folder, **options):
-    return ft.RunContext(tok, 128, torch.device('cpu'), 'fp32', ft.FinetuneConfig(**options), cache=folder)
+    return ev.RunContext(tok, 128, torch.device('cpu'), 'fp32', ft.FinetuneConfig(**options), cache=folder)
 
 
 def _counted(encode, calls):
@@ -44,10 +46,10 @@ def _types(x):
 def test_every_head_kinds_features_come_back_from_the_cache_exactly(tok, tmp_path, case):
     task, kind, options = CASES[case]
     run, train = _run(tok, tmp_path, **options), TASKS[task].load()['train']
-    fresh = ft.KINDS[kind].features(train, run)
+    fresh = ev.KINDS[kind].features(train, run)
     calls = []
-    first = run.features(f'train {kind}', train, _counted(lambda: ft.KINDS[kind].features(train, run), calls))
-    again = run.features(f'train {kind}', train, _counted(lambda: ft.KINDS[kind].features(train, run), calls))
+    first = run.features(f'train {kind}', train, _counted(lambda: ev.KINDS[kind].features(train, run), calls))
+    again = run.features(f'train {kind}', train, _counted(lambda: ev.KINDS[kind].features(train, run), calls))
     assert len(calls) == 1 and again == fresh and first == fresh
     assert _types(again) == _types(fresh)
 
@@ -55,16 +57,16 @@ def test_every_head_kinds_features_come_back_from_the_cache_exactly(tok, tmp_pat
 def test_retrieval_texts_and_empty_features_come_back_exactly(tok, tmp_path):
     run, calls = _run(tok, tmp_path), []
     texts = ['a query', 'another one', '']
-    fresh = ft.encode_texts(texts, tok, 128, 'Query: ')
+    fresh = enc.encode_texts(texts, tok, 128, 'Query: ')
     for _ in range(2):
-        assert run.features('texts Query: ', texts, _counted(lambda: ft.encode_texts(texts, tok, 128, 'Query: '), calls)) == fresh
-        assert ft.cached_features(tmp_path, dict(what='none'), _counted(lambda: [], calls)) == []
+        assert run.features('texts Query: ', texts, _counted(lambda: enc.encode_texts(texts, tok, 128, 'Query: '), calls)) == fresh
+        assert enc.cached_features(tmp_path, dict(what='none'), _counted(lambda: [], calls)) == []
     assert len(calls) == 2
 
 
 def test_a_feature_the_format_cannot_hold_is_refused_naming_it(tmp_path):
     with pytest.raises(TypeError, match=r"feature 'label' of example 1 is 'pos' \(str\)"):
-        ft.cached_features(tmp_path, dict(what='x'), lambda: [dict(label=1), dict(label='pos')])
+        enc.cached_features(tmp_path, dict(what='x'), lambda: [dict(label=1), dict(label='pos')])
 
 
 class _Planted:
@@ -76,20 +78,20 @@ class _Planted:
 def test_item5_a_planted_pickle_in_the_cache_runs_nothing_and_is_replaced(tmp_path):
     folder, marker, calls = tmp_path/'features', tmp_path/'pwned', []
     encode = _counted(lambda: [dict(input_ids=[1, 2, 3], label=1)], calls)
-    ft.cached_features(folder, dict(what='sequence'), encode)
+    enc.cached_features(folder, dict(what='sequence'), encode)
     files = sorted(folder.iterdir())
     for p in files: p.write_bytes(pickle.dumps(_Planted(marker)))     # a replaced cache file
     with pytest.warns(RuntimeWarning, match=files[0].name):
-        assert ft.cached_features(folder, dict(what='sequence'), encode) == [dict(input_ids=[1, 2, 3], label=1)]
+        assert enc.cached_features(folder, dict(what='sequence'), encode) == [dict(input_ids=[1, 2, 3], label=1)]
     assert not marker.exists() and len(calls) == 2
-    assert ft.cached_features(folder, dict(what='sequence'), encode) and len(calls) == 2   # rebuilt file: reused
+    assert enc.cached_features(folder, dict(what='sequence'), encode) and len(calls) == 2   # rebuilt file: reused
 
 
 def test_item8_changing_one_label_outside_any_sample_misses_the_cache(tok, tmp_path):
     run, calls = _run(tok, tmp_path), []
     train = TASKS['rt_sentiment'].load()['train']
     assert len(train) == 3200
-    encode = lambda ex: _counted(lambda: ft.encode_sequence(ex, tok, 128), calls)
+    encode = lambda ex: _counted(lambda: enc.encode_sequence(ex, tok, 128), calls)
     run.features('train sequence', train, encode(train))
     changed = [dict(ex) for ex in train]
     changed[5]['label'] = 1 - changed[5]['label']                    # not one of the 16 the old key sampled
@@ -105,21 +107,21 @@ def _flip(path, at):
 def test_item9_a_flipped_byte_anywhere_is_named_in_a_warning_and_the_file_rebuilt(tok, tmp_path):
     rng = random.Random(); seed = rng.randrange(10**6); rng.seed(seed)
     examples = TASKS['corpus_cloze'].load()['train'][:40]
-    fresh = ft.encode_spans(examples, tok, 128)
+    fresh = enc.encode_spans(examples, tok, 128)
     key, calls = dict(what='span', n=40), []
-    encode = _counted(lambda: ft.encode_spans(examples, tok, 128), calls)
-    ft.cached_features(tmp_path, key, encode)
+    encode = _counted(lambda: enc.encode_spans(examples, tok, 128), calls)
+    enc.cached_features(tmp_path, key, encode)
     path, = tmp_path.iterdir()
     size = path.stat().st_size
     positions = [0, 10, 40, 80, size // 2, size - 1] + [rng.randrange(size) for _ in range(24)]   # header, payload, end
     for at in positions:
         _flip(path, at)
         with pytest.warns(RuntimeWarning, match=path.name) as seen:
-            assert ft.cached_features(tmp_path, key, encode) == fresh, (seed, at)
+            assert enc.cached_features(tmp_path, key, encode) == fresh, (seed, at)
         assert 'rebuilt' in str(seen[0].message), (seed, at)
     assert len(calls) == 1 + len(positions), seed
     for damage in (b'', b'garbage', path.read_bytes()[:size // 3]):     # empty, not ours, truncated
         path.write_bytes(damage)
         with pytest.warns(RuntimeWarning, match=path.name):
-            assert ft.cached_features(tmp_path, key, encode) == fresh
-    assert ft.cached_features(tmp_path, key, encode) == fresh and len(calls) == 4 + len(positions)
+            assert enc.cached_features(tmp_path, key, encode) == fresh
+    assert enc.cached_features(tmp_path, key, encode) == fresh and len(calls) == 4 + len(positions)

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 import mlmclm.finetune as ft
+import mlmclm.encoding as enc
+import mlmclm.evaluation as ev
 from mlmclm.core import ConfigError
 from mlmclm.sizes import GIB, model_config
 
@@ -90,21 +92,21 @@ FEATS = [dict(input_ids=[1, 2, 3], label=1)]
 
 
 def _entry(folder):
-    ft.cached_features(folder, KEY, lambda: FEATS)
+    enc.cached_features(folder, KEY, lambda: FEATS)
     return next(folder.glob('sequence-*.features'))
 
 
 def _signed(key, n, layout, payload: bytes) -> bytes:
     "A cache file with a valid checksum around `payload` (an npz), as a co-writer could plant it."
     body = json.dumps(dict(key=key, n=n, layout=layout), sort_keys=True).encode() + b'\n' + payload
-    return ft.FEATURES_MAGIC + hashlib.sha256(body).hexdigest().encode() + b'\n' + body
+    return enc.FEATURES_MAGIC + hashlib.sha256(body).hexdigest().encode() + b'\n' + body
 
 
 def _rebuilt(folder, contains):
     calls = []
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter('always')
-        got = ft.cached_features(folder, KEY, lambda: calls.append(1) or FEATS)
+        got = enc.cached_features(folder, KEY, lambda: calls.append(1) or FEATS)
     assert got == FEATS and calls == [1]
     msgs = [str(w.message) for w in seen]
     assert any(contains in m for m in msgs), msgs
@@ -115,7 +117,7 @@ def _rebuilt(folder, contains):
 def no_allocation(monkeypatch):
     "np.load in the cache is an allocation: the planted files below must be refused before it."
     def refuse(*a, **k): raise AssertionError('np.load reached: the arrays would be allocated')
-    monkeypatch.setattr(ft.np, 'load', refuse)
+    monkeypatch.setattr(enc.np, 'load', refuse)
 
 
 def test_a_compressed_bomb_with_a_valid_checksum_is_a_miss_before_any_allocation(tmp_path, no_allocation):
@@ -137,7 +139,7 @@ def test_a_header_promising_more_than_the_member_holds_is_a_miss(tmp_path, no_al
 def test_memory_error_while_reading_is_a_miss(tmp_path, monkeypatch):
     _entry(tmp_path)
     def oom(*a, **k): raise MemoryError('Unable to allocate 2.00 GiB')
-    monkeypatch.setattr(ft, '_unpack', oom)
+    monkeypatch.setattr(enc, '_unpack', oom)
     _rebuilt(tmp_path, 'cannot be read (MemoryError: Unable to allocate 2.00 GiB); it was removed and is rebuilt')
 
 
@@ -151,13 +153,13 @@ def test_a_folder_in_place_of_a_cache_file_is_named_and_the_sweep_goes_on(tmp_pa
 def test_a_fifo_in_place_of_a_cache_file_does_not_hang(tmp_path):
     entry = _entry(tmp_path); entry.unlink(); os.mkfifo(entry)
     _rebuilt(tmp_path, f'{entry} is not a regular file; it was removed and is rebuilt')
-    assert entry.is_file() and ft.cached_features(tmp_path, KEY, lambda: 1 / 0) == FEATS
+    assert entry.is_file() and enc.cached_features(tmp_path, KEY, lambda: 1 / 0) == FEATS
 
 
 def test_an_oversized_file_is_not_read(tmp_path, monkeypatch):
     entry = _entry(tmp_path)
-    monkeypatch.setattr(ft, 'MAX_FEATURES_BYTES', 100)
-    monkeypatch.setattr(ft._read_regular, '__defaults__', (100,))
+    monkeypatch.setattr(enc, 'MAX_FEATURES_BYTES', 100)
+    monkeypatch.setattr(enc._read_regular, '__defaults__', (100,))
     _rebuilt(tmp_path, f'{entry} holds {entry.stat().st_size:,} bytes, more than the 100 a cache file may')
 
 
@@ -165,8 +167,8 @@ def test_an_oversized_file_is_not_read(tmp_path, monkeypatch):
 def test_the_default_cache_is_a_per_user_folder(tmp_path, monkeypatch):
     monkeypatch.delenv('MLMCLM_FEATURE_CACHE', raising=False)
     cfg = ft.FinetuneConfig(results=str(tmp_path/'r.jsonl'))
-    assert ft.feature_cache_dir(cfg) == tmp_path/'features'/f'uid-{os.getuid()}'
-    assert ft.feature_cache_dir(ft.FinetuneConfig(results=str(tmp_path/'r.jsonl'), feature_cache=str(tmp_path/'shared'))) \
+    assert enc.feature_cache_dir(cfg) == tmp_path/'features'/f'uid-{os.getuid()}'
+    assert enc.feature_cache_dir(ft.FinetuneConfig(results=str(tmp_path/'r.jsonl'), feature_cache=str(tmp_path/'shared'))) \
         == tmp_path/'shared'   # a folder given explicitly: as given
 
 
@@ -174,9 +176,9 @@ def test_a_default_cache_folder_others_can_write_is_not_used(tmp_path, monkeypat
     monkeypatch.delenv('MLMCLM_FEATURE_CACHE', raising=False)
     folder = tmp_path/'features'/f'uid-{os.getuid()}'; folder.mkdir(parents=True); folder.chmod(0o775)
     with pytest.warns(RuntimeWarning, match='is writable by its group or others .mode 775.'):
-        assert ft.feature_cache_dir(ft.FinetuneConfig(results=str(tmp_path/'r.jsonl'))) is None
+        assert enc.feature_cache_dir(ft.FinetuneConfig(results=str(tmp_path/'r.jsonl'))) is None
     folder.chmod(0o755)
-    assert ft.feature_cache_dir(ft.FinetuneConfig(results=str(tmp_path/'r.jsonl'))) == folder
+    assert enc.feature_cache_dir(ft.FinetuneConfig(results=str(tmp_path/'r.jsonl'))) == folder
 
 
 # ---- issue 34 item 10 (N25, N26): clear errors ------------------------------------------------------------------
@@ -387,7 +389,7 @@ def _train_syncs(tiny, steps, monkeypatch=None, **options):
     cfg = ft.FinetuneConfig(**{**dict(max_steps=steps, batch_size=8, micro_batch_size=4, micro_batch_tokens=160, device='cpu',
                                       feature_cache='off', eval_every=50), **options})
     run = ft._run_context(task, tok, cfg)
-    kind = ft.KINDS['sequence']
+    kind = ev.KINDS['sequence']
     model = ft.run_model(base, kind, task, run)
     feats = kind.features(data['rt_sentiment']['train'], run)
     opt, sched = ft.optimizer(model, 1e-3, steps, 1, run.device)
@@ -440,7 +442,7 @@ def test_staged_batches_are_the_collated_batches_one_ahead():
 
 def test_blocks_are_compiled_only_where_asked_or_on_cuda(tiny, monkeypatch):
     base, tok, _ = tiny
-    task, kind = TASKS['rt_sentiment'], ft.KINDS['sequence']
+    task, kind = TASKS['rt_sentiment'], ev.KINDS['sequence']
     compiled = []
     monkeypatch.setattr(ft, 'compile_blocks', lambda model, **kw: compiled.append(model) or model)
     for option, device, want in ((None, 'cpu', False), (True, 'cpu', True), (False, 'cpu', False)):
@@ -454,12 +456,12 @@ def test_blocks_are_compiled_only_where_asked_or_on_cuda(tiny, monkeypatch):
 def test_the_default_cache_folder_is_made_for_this_user_alone_whatever_the_umask(tmp_path, monkeypatch):
     monkeypatch.delenv('MLMCLM_FEATURE_CACHE', raising=False)
     old = os.umask(0o002)   # a group-sharing umask, common on clusters
-    try: folder = ft.feature_cache_dir(ft.FinetuneConfig(results=str(tmp_path/'r.jsonl')), create=True)
+    try: folder = enc.feature_cache_dir(ft.FinetuneConfig(results=str(tmp_path/'r.jsonl')), create=True)
     finally: os.umask(old)
     assert folder == tmp_path/'features'/f'uid-{os.getuid()}' and (folder.stat().st_mode & 0o777) == 0o700
     with warnings.catch_warnings():
         warnings.simplefilter('error')   # used again without a warning
-        assert ft.feature_cache_dir(ft.FinetuneConfig(results=str(tmp_path/'r.jsonl')), create=True) == folder
+        assert enc.feature_cache_dir(ft.FinetuneConfig(results=str(tmp_path/'r.jsonl')), create=True) == folder
 
 
 def test_a_pinned_commit_that_is_not_the_one_loaded_is_an_error(monkeypatch, tmp_path):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import mlmclm.finetune as ft
+import mlmclm.evaluation as ev
 from mlmclm.tasks import TASKS
 
 CASES = {   # id: (task, options)
@@ -64,12 +65,12 @@ def test_a_second_run_reuses_the_tokenized_task_and_a_changed_key_misses(setup, 
     base, tok, data = setup
     folder = tmp_path/'features'
     calls = []
-    encode = ft.KINDS['sequence'].features
-    kind = dataclasses.replace(ft.KINDS['sequence'], features=lambda ex, run: calls.append(run.max_length) or encode(ex, run))
+    encode = ev.KINDS['sequence'].features
+    kind = dataclasses.replace(ev.KINDS['sequence'], features=lambda ex, run: calls.append(run.max_length) or encode(ex, run))
     cfg = ft.FinetuneConfig(max_steps=2, batch_size=8, max_eval_examples=8, device='cpu', feature_cache=str(folder))
     task = TASKS['rt_sentiment']
     run = lambda cfg, tok=tok: ft.finetune_run(task, [task], data, base, tok, 1e-3, 0, cfg)
-    old, ft.KINDS['sequence'] = ft.KINDS['sequence'], kind
+    old, ev.KINDS['sequence'] = ev.KINDS['sequence'], kind
     try:
         first = run(cfg); files = sorted(p.name for p in folder.iterdir())
         assert len(calls) == 1 and files                                  # train, validation, test features written
@@ -81,4 +82,4 @@ def test_a_second_run_reuses_the_tokenized_task_and_a_changed_key_misses(setup, 
         run(cfg, tok=other); assert calls == [128, 64, 128]
         run(dataclasses.replace(cfg, feature_cache='off')); assert len(calls) == 4      # no cache: tokenized again
     finally:
-        ft.KINDS['sequence'] = old
+        ev.KINDS['sequence'] = old

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 import mlmclm.finetune as ft
+import mlmclm.encoding as enc
+import mlmclm.evaluation as ev
 from mlmclm.model import TaskModel
 from mlmclm.tasks import TASKS
 from mlmclm.vocab import FINETUNE_OPTIONS
@@ -102,7 +104,7 @@ def test_earlier_behaviour_stays_available(setup):
 def test_pooling_reaches_the_task_model(setup, pooling):
     base, tok, _ = setup
     cfg = ft.FinetuneConfig(pooling=pooling)
-    model = ft.task_model(base, ft.KINDS['sequence'], TASKS['rt_sentiment'], cfg)
+    model = ft.task_model(base, ev.KINDS['sequence'], TASKS['rt_sentiment'], cfg)
     assert model.pooling == pooling
     assert run(setup, 'SC', pooling=pooling, attention='causal')['pooling'] == pooling
 
@@ -116,6 +118,6 @@ def test_saved_retriever_keeps_its_pooling(setup, tmp_path, pooling):
     folder = ft.save_sentence_transformer(emb, tok, tmp_path/'st', max_length=64)
     texts = ['what light through yonder window breaks', 'It is the east, and Juliet is the sun.']
     with torch.no_grad():
-        ours = torch.cat([emb(torch.tensor([f['input_ids']])) for f in ft.encode_texts(texts, tok, 64, 'Query: ')])
+        ours = torch.cat([emb(torch.tensor([f['input_ids']])) for f in enc.encode_texts(texts, tok, 64, 'Query: ')])
     theirs = SentenceTransformer(str(folder), device='cpu').encode(['Query: ' + t for t in texts], convert_to_tensor=True)
     assert torch.nn.functional.cosine_similarity(ours, theirs, dim=-1).min().item() > 1 - 1e-5

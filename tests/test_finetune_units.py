@@ -4,6 +4,7 @@ import torch
 import torch.nn.functional as F
 
 import mlmclm.finetune as ft
+import mlmclm.encoding as enc
 from mlmclm.results import read_rows
 from mlmclm.data import load_tokenizer
 from mlmclm.model import TaskModel
@@ -43,7 +44,7 @@ def test_trained_retriever_loads_in_sentence_transformers(tmp_path):
     emb = TaskModel(model, 'embedding').eval()
     texts = ['Query: what light through yonder window breaks', 'Document: It is the east, and Juliet is the sun.']
     with torch.no_grad():
-        ours = torch.cat([emb(torch.tensor([f['input_ids']])) for f in ft.encode_texts(texts, tok, 128, '')])
+        ours = torch.cat([emb(torch.tensor([f['input_ids']])) for f in enc.encode_texts(texts, tok, 128, '')])
     theirs = st.encode(texts, convert_to_tensor=True)            # plain sentence-transformers, padded batch
     assert F.cosine_similarity(ours, theirs, dim=-1).min().item() > 1 - 1e-5
     assert st.max_seq_length == TASKS['corpus_retrieval'].max_length

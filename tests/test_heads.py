@@ -10,13 +10,14 @@ import torch
 
 import mlmclm
 import mlmclm.finetune as ft
+import mlmclm.evaluation as ev
 from mlmclm.model import HEADS
 from mlmclm.packing import HEAD_LOSSES, batch_backward
 from mlmclm.tasks import TASKS
 from mlmclm.vocab import FINETUNE_OPTIONS
 
 PACKAGE = Path(mlmclm.__file__).parent
-TABLES = {('model.py', 'HEADS'), ('packing.py', 'HEAD_LOSSES'), ('finetune.py', 'KINDS')}   # where kinds are keys
+TABLES = {('model.py', 'HEADS'), ('packing.py', 'HEAD_LOSSES'), ('evaluation.py', 'KINDS')}   # where kinds are keys
 # each earlier-mlmclm option -> the one function allowed to branch on it
 OPTION_HOMES = {'select_step': '_train', 'ndcg_mode': '_eval_embedding', 'special_tokens': '_bos',
                 'warmup': 'warmup_steps', 'data_source': 'load_task', 'tc_mode': 'head_kind', 'qa_mode': 'head_kind'}
@@ -84,50 +85,50 @@ def option_branches(folder: Path, option: str) -> set[str]:
 
 def test_every_kind_has_every_part():
     assert list(HEADS) == list(HEAD_LOSSES)                                   # one loss per head, one head per loss
-    assert {t.kind for t in TASKS.values()} == set(EMBEDDED) and set(EMBEDDED) <= set(ft.KINDS)
+    assert {t.kind for t in TASKS.values()} == set(EMBEDDED) and set(EMBEDDED) <= set(ev.KINDS)
     swapped = set()
-    for name, kind in ft.KINDS.items():
+    for name, kind in ev.KINDS.items():
         assert kind.module is HEADS[kind.head] and kind.training is HEAD_LOSSES[kind.head], name
         assert callable(kind.features) and callable(kind.evaluate) and callable(kind.training.loss), name
         if kind.earlier:
             option, value, earlier = kind.earlier
             assert value in FINETUNE_OPTIONS[option].choices and value != FINETUNE_OPTIONS[option].default, name
-            assert earlier in ft.KINDS and earlier not in EMBEDDED, name      # an earlier row no task names itself
+            assert earlier in ev.KINDS and earlier not in EMBEDDED, name      # an earlier row no task names itself
             swapped.add(earlier)
-    assert set(ft.KINDS) == set(EMBEDDED) | swapped                           # every row is reachable
+    assert set(ev.KINDS) == set(EMBEDDED) | swapped                           # every row is reachable
 
 
 def _reaching(name: str) -> tuple:
     "A task and a config that train as the `KINDS` row `name`."
     for task_kind, task in EMBEDDED.items():
         options = {}
-        earlier = ft.KINDS[task_kind].earlier
+        earlier = ev.KINDS[task_kind].earlier
         if earlier and earlier[2] == name: options = {earlier[0]: earlier[1]}
         cfg = ft.FinetuneConfig(feature_cache='off', **options)
-        if ft.head_kind(TASKS[task], cfg) == name: return TASKS[task], cfg
+        if ev.head_kind(TASKS[task], cfg) == name: return TASKS[task], cfg
     raise AssertionError(f'no task trains as {name!r}')
 
 
-@pytest.mark.parametrize('name', list(ft.KINDS))
+@pytest.mark.parametrize('name', list(ev.KINDS))
 def test_every_kind_trains_and_scores_through_its_parts(name):
     "features -> collate -> head -> loss -> gradient, then evaluate, for each row on a tiny model."
     task, cfg = _reaching(name)
-    kind, tok = ft.KINDS[name], ft.load_tokenizer('embedded')
+    kind, tok = ev.KINDS[name], ft.load_tokenizer('embedded')
     torch.manual_seed(0)
     base = ft.build_model('tiny', vocab_size=len(tok))
-    run = ft.RunContext(tok, 64, torch.device('cpu'), 'fp32', cfg, tokens=256)
+    run = ev.RunContext(tok, 64, torch.device('cpu'), 'fp32', cfg, tokens=256)
     data = task.load()
     model = ft.task_model(base, kind, task, cfg)
     feats = kind.features(data['train'][:6], run)
     loss = batch_backward(model, kind.head, feats, tok.pad_token_id, max_tokens=256, max_examples=4)
     assert math.isfinite(loss.item()) and any(p.grad is not None for p in model.parameters())
-    scores = ft.evaluate(task, model, ft.cap_eval(data['test'], 4), run)
+    scores = ev.evaluate(task, model, ft.cap_eval(data['test'], 4), run)
     assert 0 <= scores['score'] <= 1 and len(scores['scores_i']) == 4
 
 
 def test_no_kind_is_compared_outside_the_tables():
     "Before: TaskModel.forward, head_loss, batch_backward, head_kind, task_model and finetune_run compared kind strings."
-    assert kind_dispatch(PACKAGE, set(ft.KINDS) | set(HEADS)) == []
+    assert kind_dispatch(PACKAGE, set(ev.KINDS) | set(HEADS)) == []
 
 
 def test_the_check_sees_a_comparison_and_a_stray_table(tmp_path):

@@ -14,7 +14,8 @@ import time
 import pytest
 
 from mlmclm.results import read_rows
-from mlmclm.finetune import FinetuneConfig, encode_sequence, finetune_sweep
+from mlmclm.encoding import encode_sequence
+from mlmclm.finetune import FinetuneConfig, finetune_sweep
 from mlmclm.tasks import TASKS
 from smollm2 import smollm2_gguf, smollm2_llama_folder, transformers_classifier_accuracy
 
