@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .core import ConfigError
-from .vocab import PROTOCOL_AXES, check_protocol_axes
+from .finetune_protocol import PROTOCOL_AXES, check_protocol_axes
 from .runs import PER_DATASET, run_key
 from .results import unique_runs, with_cells
 
@@ -31,7 +31,7 @@ def protocol_cell(results: pd.DataFrame, **cell) -> pd.DataFrame:
         keep &= results[axis].fillna(values[0]).eq(want) if axis in results else want == values[0]
     return results[keep]
 
-
+# %% ../nbs/03ab_aggregation.ipynb #beed115e
 def protocol_cells(results: pd.DataFrame) -> list[dict]:
     "The protocol cells present in `results`, in grid order (the paper's first)."
     cols = {a: results[a].fillna(v[0]) if a in results else pd.Series(v[0], index=results.index)
@@ -40,7 +40,7 @@ def protocol_cells(results: pd.DataFrame) -> list[dict]:
     rank = lambda cell: tuple(v.index(x) if x in v else len(v) for x, v in zip(cell, PROTOCOL_AXES.values()))
     return [dict(zip(PROTOCOL_AXES, c)) for c in sorted(present, key=lambda c: (rank(c), c))]
 
-
+# %% ../nbs/03ab_aggregation.ipynb #a72b88ac
 def _cell_name(cell: dict) -> str: return '/'.join(cell.values())
 
 # %% ../nbs/03ab_aggregation.ipynb #17aba356
@@ -54,7 +54,7 @@ def counted(results: pd.DataFrame) -> pd.DataFrame:
     if 'in_paper' not in results: return results
     return results[results.in_paper.astype(object).ne(False)]     # our own rows carry no flag (missing: they count)
 
-
+# %% ../nbs/03ab_aggregation.ipynb #cf45147b
 def t_interval(values) -> tuple[float, float, float]:
     "(mean, low, high): the 95% t-interval of the mean of `values` (NaN bounds below two values)."
     from scipy import stats
@@ -65,7 +65,7 @@ def t_interval(values) -> tuple[float, float, float]:
     half = float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)))
     return (m, m - half, m + half)
 
-
+# %% ../nbs/03ab_aggregation.ipynb #7ea664ef
 def select_lr(results: pd.DataFrame,
               selection: str = DEFAULT_SELECTION,  # 'per_seed' or 'mean' (see `SELECTIONS`)
              ) -> pd.DataFrame:
@@ -86,7 +86,7 @@ def select_lr(results: pd.DataFrame,
         return df.merge(best, on=keys + ['lr'])
     return df.loc[df.groupby(keys + ['seed']).val_score.idxmax()]
 
-
+# %% ../nbs/03ab_aggregation.ipynb #e58c9f9d
 def aggregate(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
     "Per (checkpoint, source, cell, dataset): family, selected LR (`mean` only), test mean, 95% CI and number of seeds (fractions)."
     sel = select_lr(results, selection)
@@ -98,7 +98,7 @@ def aggregate(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.D
     return pd.DataFrame(rows, columns=['checkpoint', 'dataset', 'family', 'best_lr', 'score', 'ci_low', 'ci_high', 'n_seeds',
                                        'source', 'cell'])
 
-
+# %% ../nbs/03ab_aggregation.ipynb #af65ffd2
 _FAMILY = ['checkpoint_name', 'source', 'cell', 'family']
 
 def _once_per_dataset(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -112,12 +112,12 @@ def _once_per_dataset(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
                           '(e.g. results[results.max_length == 512])')
     return df
 
-
+# %% ../nbs/03ab_aggregation.ipynb #4819ea19
 def _family_selected(results: pd.DataFrame, selection: str) -> pd.DataFrame:
     "`select_lr`'s rows labelled for family tables: settings that differ between a family's datasets by design left out."
     return _once_per_dataset(with_cells(select_lr(results, selection), per_dataset=False), [*_FAMILY, 'seed'])
 
-
+# %% ../nbs/03ab_aggregation.ipynb #36e12020
 def seed_family_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
     "Per (checkpoint, source, cell, family, seed): the mean over the family's datasets of the seed's selected test scores."
     sel = _family_selected(results, selection)
@@ -125,7 +125,7 @@ def seed_family_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION
     return out.rename(columns={'checkpoint_name': 'checkpoint'})[
         ['checkpoint', 'family', 'seed', 'test_score', 'n_datasets', 'source', 'cell']]
 
-
+# %% ../nbs/03ab_aggregation.ipynb #a95e108c
 FAMILY_SCORE_COLUMNS = ['checkpoint', 'family', 'score', 'ci_low', 'ci_high', 'n_seeds', 'n_datasets', 'source', 'cell']
 
 def family_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
@@ -138,7 +138,7 @@ def family_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> 
                          n_datasets=int(n_ds[(ck, src, cell, fam)]), source=src, cell=cell))
     return pd.DataFrame(rows, columns=FAMILY_SCORE_COLUMNS)
 
-
+# %% ../nbs/03ab_aggregation.ipynb #283a2863
 def lr_curve(results: pd.DataFrame) -> pd.DataFrame:
     "Seed-mean test score at each LR, averaged over a family's datasets: (checkpoint, family, lr, score, source, cell)."
     runs = _once_per_dataset(with_cells(unique_runs(counted(results)), per_dataset=False), [*_FAMILY, 'lr', 'seed'])
@@ -147,7 +147,7 @@ def lr_curve(results: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns={'checkpoint_name': 'checkpoint', 'test_score': 'score'})[
         ['checkpoint', 'family', 'lr', 'score', 'source', 'cell']]
 
-
+# %% ../nbs/03ab_aggregation.ipynb #3095c9f3
 def lr_sensitivity(results: pd.DataFrame) -> pd.DataFrame:
     "Mean drop (points) from the best LR's score over the other LRs, per (checkpoint, family); 0 = flat."
     c = lr_curve(results)

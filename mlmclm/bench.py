@@ -58,7 +58,7 @@ def _embedded_rows(seq_len: int, seed: int, n: int) -> tuple:
     "The first `n` packed rows of the embedded corpus, tokenized once per process (the sides of a benchmark share them)."
     return tuple(itertools.islice(packed_rows('embedded', load_tokenizer('embedded'), seq_len=seq_len, seed=seed), n))
 
-
+# %% ../nbs/06_bench.ipynb #c1d8bbcc
 def make_batches(cfg,                    # the model config (its vocabulary bounds the token ids)
                  objective: str,         # a key of `mlmclm.vocab.OBJECTIVES`: 'clm', 'mlm', 'mntp'
                  batch_size: int,        # rows per batch
@@ -79,7 +79,7 @@ def make_batches(cfg,                    # the model config (its vocabulary boun
     steps = step_batches(rows, [phase], range(n), batch_size, 1, 1, 0, info, (1.0, 0.0, 0.0), seed)
     return [micro for (micro,) in steps]
 
-
+# %% ../nbs/06_bench.ipynb #30185abd
 def hf_model(cfg,              # our `ModelConfig`
              objective: str,   # a key of `mlmclm.vocab.OBJECTIVES` (its attention: causal or bidirectional)
             ):
@@ -89,7 +89,7 @@ def hf_model(cfg,              # our `ModelConfig`
     for k in ('model_type', 'architectures', 'torch_dtype'): d.pop(k)
     return LlamaForCausalLM(LlamaConfig(**d, attn_implementation='sdpa'))
 
-
+# %% ../nbs/06_bench.ipynb #d6d45d71
 def hf_loss(model, batch: dict) -> torch.Tensor:
     "The loss a Hugging Face user computes on `batch` (no document masking)."
     labels = batch['labels']                                                   # (B, T), already the next token for CLM
@@ -98,7 +98,7 @@ def hf_loss(model, batch: dict) -> torch.Tensor:
     logits = model(batch['input_ids']).logits                                  # (B, T, V) dense
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
 
-
+# %% ../nbs/06_bench.ipynb #d23d1124
 def _no_documents(batch: dict) -> dict: return {**batch, 'document_ids': None}
 
 # %% ../nbs/06_bench.ipynb #0c3c32a4
@@ -123,7 +123,7 @@ def ce_peak_memory(tokens: int = 2048,   # positions in the loss
         return float(out.stdout.strip().splitlines()[-1])
     return _ce_probe(tokens, vocab, hidden, chunk, device)
 
-
+# %% ../nbs/06_bench.ipynb #68e6f536
 def _ce_probe(tokens, vocab, hidden, chunk, device='cpu'):
     import resource
     g = torch.Generator().manual_seed(0)
@@ -143,7 +143,7 @@ def sync_device(device):
     "Wait until `device` (CUDA) has run what was queued: clocks and memory then read finished work."
     if device.type == 'cuda': torch.cuda.synchronize()
 
-
+# %% ../nbs/06_bench.ipynb #2a419209
 def dynamo_counts() -> dict:
     "Dynamo's running totals: frames compiled, recompiles (a guard failed), recompile-limit hits (blocks left eager), graph breaks."
     from torch._dynamo.utils import counters, guard_failures
@@ -151,7 +151,7 @@ def dynamo_counts() -> dict:
     return dict(compiled_frames=counters['frames']['ok'], recompiles=sum(map(len, guard_failures.values())),
                 recompile_limit_hits=limit, graph_breaks=sum(counters['graph_break'].values()))
 
-
+# %% ../nbs/06_bench.ipynb #45cc518b
 class Side:
     "One contestant of a benchmark: a model, its loss, AdamW, and the batches it trains on."
     def __init__(self, name: str, model, loss_fn, batches: list[dict], device,
@@ -197,7 +197,7 @@ class Side:
         sync_device(self.device)
         return (time.perf_counter() - t0) / steps
 
-
+# %% ../nbs/06_bench.ipynb #bb2ef44b
 def time_sides(sides: list[Side],   # the contestants; the last is the baseline of the ratios
                steps: int = 3,      # optimizer steps per timed repetition
                reps: int = 3,       # repetitions (median and spread)
@@ -227,17 +227,17 @@ def fast_defaults(device) -> dict:
     return dict(bf16=bf16, fused=cuda, compile=cuda, attn_backend=default_backend(device, compute_dtype(bf16)),
                 sparse_head=True, ce_chunk=0, grad_ckpt=False)
 
-
+# %% ../nbs/06_bench.ipynb #584cedc9
 def compute_dtype(bf16: bool) -> torch.dtype:
     "The dtype of mixed precision: bf16 when `bf16`, else fp32."
     return torch.bfloat16 if bf16 else torch.float32
 
-
+# %% ../nbs/06_bench.ipynb #563e63a2
 def device_name(dev):
     "The device as a result names it: the GPU's name, or 'cpu (N threads)'."
     return torch.cuda.get_device_name(dev) if dev.type == 'cuda' else f'cpu ({torch.get_num_threads()} threads)'
 
-
+# %% ../nbs/06_bench.ipynb #b78f4b6b
 def _resolve_options(dev, options: dict) -> dict:
     "The device's fast path with `options` applied; the attention backend follows the compute dtype (fp32: SDPA)."
     opts = fast_defaults(dev)
@@ -249,7 +249,7 @@ def _resolve_options(dev, options: dict) -> dict:
         raise ConfigError("attn_backend='flash' needs bf16 (the GPU kernels take fp16/bf16 only); with bf16=False use 'sdpa'")
     return opts
 
-
+# %% ../nbs/06_bench.ipynb #f7ebcd53
 def _our_side(name: str, cfg, opts: dict, batches, dev, documents: bool = False, sparse_head: bool | None = None) -> Side:
     "Our model with the fast-path options `opts`; attention confined to documents only when `documents`."
     sparse = opts['sparse_head'] if sparse_head is None else sparse_head
@@ -259,13 +259,13 @@ def _our_side(name: str, cfg, opts: dict, batches, dev, documents: bool = False,
     return Side(name, build_model(cfg), loss_fn, batches, dev, bf16=opts['bf16'], fused=opts['fused'],
                 compile=opts['compile'], grad_ckpt=opts['grad_ckpt'])
 
-
+# %% ../nbs/06_bench.ipynb #a098c23a
 def _hf_side(cfg, objective, opts, batches, dev) -> Side:
     "Hugging Face's model, eager, with our precision and optimizer (those are not what is compared)."
     seed_everything(0)
     return Side('hf', hf_model(cfg, objective), hf_loss, batches, dev, bf16=opts['bf16'], fused=opts['fused'])
 
-
+# %% ../nbs/06_bench.ipynb #ea66d1e3
 def _side_row(name: str, t: dict, cfg, objective: str, tokens: int, seq_len: int, mask_ratio: float,
               sparse: bool, peak: float | None, attn_len: float | None = None) -> dict:
     "One side's row; `mfu_doc_lengths`: MFU with the attention term from the real document lengths (`attn_len`)."
@@ -278,7 +278,7 @@ def _side_row(name: str, t: dict, cfg, objective: str, tokens: int, seq_len: int
                 peak_gib=t['peak_gib'], mfu=tps * fpt / peak if peak else None,
                 mfu_doc_lengths=tps * fpt_docs / peak if peak else None, **t.get('dynamo', {}))
 
-
+# %% ../nbs/06_bench.ipynb #8a38687e
 def benchmark(size: str = 'tiny',          # one of `BENCH_SIZES`
               objective: str = 'clm',      # a key of `mlmclm.vocab.OBJECTIVES`: 'clm', 'mlm', 'mntp'
               baseline: str = 'hf',        # 'hf' (LlamaForCausalLM) or 'dense-head' (MLM only)
@@ -329,7 +329,7 @@ def pipeline_headroom(trainer_tokens_per_s: float,  # what the trainer consumes
     tps = pipeline_throughput('embedded', None, seq_len=seq_len, n_rows=n_rows)
     return dict(pipeline_tokens_per_s=tps, trainer_tokens_per_s=trainer_tokens_per_s, headroom=tps / trainer_tokens_per_s)
 
-
+# %% ../nbs/06_bench.ipynb #333984d6
 def _examples(batch_size, seq_len, n, seed=0):
     "`n` padded batches of held-out documents: input_ids, attention_mask (B, T) and random binary labels (B,)."
     tok = load_tokenizer('embedded')
@@ -343,7 +343,7 @@ def _examples(batch_size, seq_len, n, seed=0):
         out.append(dict(input_ids=x, attention_mask=mask, labels=torch.randint(0, 2, (batch_size,), generator=g)))
     return out
 
-
+# %% ../nbs/06_bench.ipynb #31387854
 def finetune_throughput(size: str = 'tiny', batch_size: int = 16, seq_len: int = 128, steps: int = 3, reps: int = 3,
                         device: str | None = None) -> dict:
     "Examples/s of sequence-classification fine-tuning steps (median over repetitions)."
@@ -356,7 +356,7 @@ def finetune_throughput(size: str = 'tiny', batch_size: int = 16, seq_len: int =
     return dict(size=size, batch_size=batch_size, seq_len=seq_len, examples_per_s=batch_size / t['step_s'],
                 examples_per_s_min=batch_size / t['step_s_max'], examples_per_s_max=batch_size / t['step_s_min'])
 
-
+# %% ../nbs/06_bench.ipynb #63613e7a
 def embedding_throughput(size: str = 'tiny', batch_size: int = 32, seq_len: int = 128, reps: int = 3,
                          device: str | None = None) -> dict:
     "Examples/s of mean-pooled bidirectional encoding without gradients, ours and Hugging Face's `LlamaModel`."
@@ -403,7 +403,7 @@ def data_path_throughput(size: str = '610m',          # the model whose appetite
     return dict(size=size, gpu=gpu, mfu=mfu, delivered_tokens_per_s=delivered, consumed_tokens_per_s=consumed,
                 ratio=delivered / consumed, first_batch_s=t1 - t0, threads=torch.get_num_threads())
 
-
+# %% ../nbs/06_bench.ipynb #8dbc2de9
 def builder_throughput(workers: int = 1,        # tokenizing processes
                        copies: int = 4,         # the embedded train split repeated, so that start-up is amortised
                        folder: str | Path | None = None) -> dict:
@@ -431,7 +431,7 @@ def ablation_variants(device, objective: str) -> dict[str, dict]:
         if fast[k] != off: out[f'no {k}'] = {k: off}
     return out
 
-
+# %% ../nbs/06_bench.ipynb #5b60e130
 def ablation(size: str = 'tiny', objective: str = 'mlm', batch_size: int = 8, seq_len: int = 256, steps: int = 3,
              reps: int = 3, warmup: int = 2, mask_ratio: float = 0.4, device: str | None = None,
              extra: dict | None = None,   # more variants: name -> option overrides (e.g. {'ce chunk 4096': {'ce_chunk': 4096}})
@@ -463,7 +463,7 @@ def results_table(result: dict):
     keys = ('size', 'objective', 'baseline', 'batch_size', 'seq_len', 'mask_ratio', 'device')
     return pd.DataFrame([{**{k: result.get(k) for k in keys}, **s} for s in result['sides']])
 
-
+# %% ../nbs/06_bench.ipynb #8eaa7d11
 def write_results(result: dict,                     # a `benchmark` result, optionally with extra measurements
                   folder: str | Path | None = None, # where; <project>/runs/bench by default
                  ) -> Path:                         # the JSON file

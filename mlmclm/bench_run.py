@@ -49,7 +49,7 @@ class BlockGraphs:
             return compiled(*args)
         return run
 
-
+# %% ../nbs/06b_bench_run.ipynb #084ce97d
 def _shard(model, mesh) -> None:
     "FSDP2 units as accelerate makes them: blocks, the embedding, [final norm, LM head] (kept gathered), the root."
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -103,7 +103,7 @@ SMOKE = {   # device type -> sizes and shapes of each part
     'cuda': dict(bench=('610m', 8, 1024, 2), pretrain=('1b', 12, 1024), finetune='210m', agree='210m', fsdp=('210m', 4, 1024)),
     'cpu': dict(bench=('tiny', 2, 32, 1), pretrain=('tiny', 2, 32), finetune='tiny', agree='tiny', fsdp=('tiny', 2, 32))}
 
-
+# %% ../nbs/06b_bench_run.ipynb #2a42a7c2
 def _smoke_bench(dev, size: str, batch: int, seq_len: int, steps: int) -> dict:
     "The CLM and MLM benchmark against Hugging Face: tokens/s, MFU (both conventions), peak memory, dynamo's work."
     out = {}
@@ -117,10 +117,10 @@ def _smoke_bench(dev, size: str, batch: int, seq_len: int, steps: int) -> dict:
     out['ok'] = not any(out[o]['eager_fallback'] or any(s['graph_breaks'] for s in out[o]['sides']) for o in ('clm', 'mlm'))
     return out
 
-
+# %% ../nbs/06b_bench_run.ipynb #956f836b
 SMOKE_MEMORY_BAND = {'cuda': (0.8, 1.15), 'cpu': (0.8, 1.3)}   # measured / estimated peak the pretraining part accepts
 
-
+# %% ../nbs/06b_bench_run.ipynb #e09d4664
 def _smoke_pretrain(dev, size: str, batch: int, seq_len: int, folder: Path) -> dict:
     """Three trainer steps (`mlmclm.pretrain`, MLM, one process) with the settings `fit_settings` picks: the measured
     peak against the estimate, what dynamo did, MFU after the compiling step; `checks` says which held."""
@@ -151,7 +151,6 @@ def _smoke_pretrain(dev, size: str, batch: int, seq_len: int, folder: Path) -> d
                 mfu=mfu[1:] if cuda else mfu, mfu_compiling_step=mfu[0] if cuda and mfu else None, dynamo=dynamo,
                 checks=checks, ok=all(checks.values()))
 
-
 # %% ../nbs/06b_bench_run.ipynb #85e97951
 def _smoke_finetune(dev, size: str) -> dict:
     "Packed fine-tuning (pure bf16 on a GPU) against the padded batch of the same examples; host syncs of the pass."
@@ -174,7 +173,7 @@ def _smoke_finetune(dev, size: str) -> dict:
     return dict(size=size, backend=backend, row_tokens=rows, bf16=bf16, **losses, difference=diff,
                 host_syncs=syncs, ok=diff <= (5e-2 if bf16 else 1e-4) and not syncs)
 
-
+# %% ../nbs/06b_bench_run.ipynb #b923fcf6
 def _smoke_agreement(dev, size: str) -> dict:
     "The flash path against SDPA on packed, padded rows (bf16 on a GPU): the largest logit difference."
     bf16 = dev.type == 'cuda' and torch.cuda.is_bf16_supported()
@@ -194,7 +193,7 @@ def _smoke_agreement(dev, size: str) -> dict:
     return dict(size=size, bf16=bf16, kernel=attention_kernel('flash', dev)['kernel'], relative_difference=out,
                 ok=max(out.values()) <= (3e-2 if bf16 else 1e-5))
 
-
+# %% ../nbs/06b_bench_run.ipynb #98141afb
 def _smoke_fsdp(dev, size: str, batch: int, seq_len: int) -> dict:
     "`fsdp2_probe`: two steps under FSDP2 on one device, every block compiled."
     start = torch.cuda.memory_allocated(dev) if dev.type == 'cuda' else 0   # what earlier parts left
@@ -210,7 +209,7 @@ def _fresh(dev) -> None:
     gc.collect()
     if dev.type == 'cuda': torch.cuda.synchronize(dev); torch.cuda.empty_cache()
 
-
+# %% ../nbs/06b_bench_run.ipynb #af03eacd
 def smoke(device: str | None = None,          # None: CUDA when present
           out: str | Path | None = None,      # the JSON report; default <project>/runs/bench/smoke-<device type>.json
          ) -> dict:                           # the report (also written): `ok`, and each part's results
@@ -246,7 +245,7 @@ def smoke(device: str | None = None,          # None: CUDA when present
 def _bool_or_none(text: str):
     return {'auto': None, 'on': True, 'off': False}[text]
 
-
+# %% ../nbs/06b_bench_run.ipynb #2f8ff0a1
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog='mlmclm bench', usage='%(prog)s [smoke [--device D] [--out F] | options]',
                                 description='Training throughput of ours against a baseline, in one run on one machine.',
@@ -277,7 +276,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument('--out', help='results folder (default <project>/runs/bench)')
     return p
 
-
+# %% ../nbs/06b_bench_run.ipynb #e8576b2d
 def _pretrain_main(a) -> dict:
     options = {k: v for k, v in dict(bf16=a.bf16, fused=a.fused, compile=a.compile, sparse_head=a.sparse_head,
                                      grad_ckpt=a.grad_ckpt, attn_backend=a.attn_backend, ce_chunk=a.ce_chunk).items()
@@ -308,7 +307,7 @@ def _pretrain_main(a) -> dict:
     print(f"ratio={r['ratio']:.3f}")
     return r
 
-
+# %% ../nbs/06b_bench_run.ipynb #33ea2b23
 def _finetune_main(a) -> dict:
     r = finetune_benchmark(a.finetune, a.checkpoint, a.size, a.steps or 20, a.reps or 1, a.warmup, a.lr, a.max_tokens,
                            a.device, a.attn_backend, progress=True)
@@ -328,7 +327,7 @@ def _finetune_main(a) -> dict:
     print(f"ratio={r['ratio']:.3f}")
     return r
 
-
+# %% ../nbs/06b_bench_run.ipynb #7d36c08b
 def _smoke_main(argv: list[str]) -> dict:
     p = argparse.ArgumentParser(prog='mlmclm bench smoke',
                                 description='Run every GPU path once (tiny sizes on a CPU) and write one JSON report.')
@@ -339,7 +338,7 @@ def _smoke_main(argv: list[str]) -> dict:
     if not r['ok']: raise SystemExit(1)
     return r
 
-
+# %% ../nbs/06b_bench_run.ipynb #e7ecb21d
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ['smoke']: return _smoke_main(argv[1:])

@@ -36,7 +36,7 @@ class LlamaForMaskedLM(LlamaForCausalLM):
         config.is_causal = False
         super().__init__(config)
 
-
+# %% ../nbs/01d_checkpoints.ipynb #17eaf68b
 def register_with_transformers() -> None:
     "Let `AutoModelForMaskedLM` (and so `pipeline('fill-mask')`) open Llama-layout MLM checkpoints (`save` and `load` call it)."
     AutoModelForMaskedLM.register(LlamaConfig, LlamaForMaskedLM, exist_ok=True)   # a dictionary entry: no weights, no network
@@ -49,13 +49,13 @@ def logged_losses(metrics: Path, step: int) -> dict:
     held = next((r for r in reversed(rows) if r.get('heldout_loss') is not None), {})
     return dict(step=train.get('step'), loss=train.get('loss'), heldout_step=held.get('step'), heldout_loss=held.get('heldout_loss'))
 
-
+# %% ../nbs/01d_checkpoints.ipynb #e368ca9e
 def _card_schedule(meta: dict) -> str:
     "The phases of the run, as the released names spell them: 'clm for 2 steps, then mlm40 for 6 steps'."
     def label(p): return Phase(p['objective'], p['steps'], p.get('mask_ratio')).label   # as names spell it: 'mlm40', '50clm+50mlm40'
     return ', then '.join(f"{label(p)} for {p['steps']:,} steps" for p in meta.get('phases') or []) or 'not recorded'
 
-
+# %% ../nbs/01d_checkpoints.ipynb #f4b12e2e
 def _card_loading(checkpoint: str) -> str:
     "The card's loading snippet: plain transformers (encoder, fill-mask pipeline) and sentence-transformers."
     return f"""```python
@@ -81,7 +81,7 @@ embedder = SentenceTransformer(checkpoint, config_kwargs={{"is_causal": False}})
 embeddings = embedder.encode(["To be, or not to be", "That is the question"])
 ```"""
 
-
+# %% ../nbs/01d_checkpoints.ipynb #5a3202cc
 def model_card(meta: dict,                   # the checkpoint's `mlmclm.json` (what `save` gets as `metadata`)
                run: dict | None = None,      # the run's `run.json` record (its config and environment), if any
                losses: dict | None = None,   # last logged losses: step, loss (training), heldout_step, heldout_loss
@@ -182,12 +182,12 @@ def is_state_folder(folder: str | Path) -> bool:
     p = Path(folder)
     return ((p/'trainer.pt').is_file() or (p/'state.pt').is_file()) and not (p/'tokenizer_config.json').is_file()
 
-
+# %% ../nbs/01d_checkpoints.ipynb #5b6bb7d9
 def _not_a_model(key: str, text: str) -> ConfigError:
     return ConfigError(f'{key}={text!r} is a training-state folder (weights and optimizer state to resume from with '
                        f'resume_from), not a model: point {key} at a checkpoint folder such as <run>/checkpoints/step-<N>')
 
-
+# %% ../nbs/01d_checkpoints.ipynb #ff9d0de8
 def _check_safetensors(file: Path) -> None:
     "Raise `ConfigError` naming `file` unless its header reads (an empty or truncated file's does not)."
     from safetensors import SafetensorError, safe_open
@@ -197,7 +197,7 @@ def _check_safetensors(file: Path) -> None:
         raise ConfigError(f'{file} is not a readable safetensors file ({e}): it is empty, truncated or corrupt; '
                           f'copy or save it again') from None
 
-
+# %% ../nbs/01d_checkpoints.ipynb #00eeeff1
 def check_checkpoint(path_or_name: str | Path, key: str = 'checkpoint') -> None:
     "Raise `ConfigError` (naming `key` and the value) unless `path_or_name` is a readable checkpoint folder or a reachable hub id."
     import os, re
@@ -217,7 +217,7 @@ def check_checkpoint(path_or_name: str | Path, key: str = 'checkpoint') -> None:
     if os.environ.get('HF_HUB_OFFLINE', '0') not in ('0', ''):
         raise ConfigError(f'{key}={text!r} is not a local folder, and the hub is offline (HF_HUB_OFFLINE is set)')
 
-
+# %% ../nbs/01d_checkpoints.ipynb #0814b6f4
 def check_finite_weights(tensors,  # (name, tensor) pairs: `model.named_parameters()`, or a checkpoint's tensors
                          key: str,  # the setting that names the checkpoint: 'checkpoint', 'init_from'
                          value,     # its value
@@ -226,7 +226,7 @@ def check_finite_weights(tensors,  # (name, tensor) pairs: `model.named_paramete
     bad = [name for name, t in tensors if t.is_floating_point() and not torch.isfinite(t).all()]
     if bad: raise ConfigError(f'{key}={str(value)!r} has weights that are not finite ({len(bad)} tensors, e.g. {bad[0]})')
 
-
+# %% ../nbs/01d_checkpoints.ipynb #51b16b09
 def _resolve(path_or_name: str | Path) -> Path:
     "A local folder as is; otherwise a hub repo id, downloaded (config, safetensors, tokenizer files only)."
     p = Path(path_or_name)
@@ -237,7 +237,7 @@ def _resolve(path_or_name: str | Path) -> Path:
     from huggingface_hub import snapshot_download
     return Path(snapshot_download(str(path_or_name), allow_patterns=['*.json', '*.safetensors', '*.model', '*.txt']))
 
-
+# %% ../nbs/01d_checkpoints.ipynb #d00ff027
 def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
     files = sorted(folder.glob('*.safetensors'))
@@ -249,7 +249,7 @@ def _read_safetensors(folder: Path) -> dict[str, torch.Tensor]:
         state.update(load_file(str(f)))
     return state
 
-
+# %% ../nbs/01d_checkpoints.ipynb #595533f8
 RELEASE_OWNER = 'MLMvsCLM'   # the hub account of the authors' released checkpoints
 SHAPE_FIELDS = ('vocab_size', 'hidden_size', 'num_hidden_layers', 'num_attention_heads', 'num_key_value_heads', 'head_dim',
                 'intermediate_size')
@@ -267,7 +267,7 @@ def release_shape_differences(name: str,        # a hub id, `MLMvsCLM/<released 
     ours = model_config(size)
     return {f: (getattr(cfg, f), getattr(ours, f)) for f in SHAPE_FIELDS if getattr(cfg, f) != getattr(ours, f)}
 
-
+# %% ../nbs/01d_checkpoints.ipynb #901a6fcf
 def load(path_or_name: str | Path,       # our checkpoint, a HF Llama-family decoder, or a MLMvsCLM/* release
          attn_backend: str = 'sdpa',     # attention kernel to run with
          dtype: torch.dtype = torch.float32,  # parameter dtype after loading
@@ -321,7 +321,7 @@ def check_pushable(folder: str | Path) -> Path:
                                   f'(a checkpoint holds {", ".join(CHECKPOINT_FILES)} and its tokenizer)')
     return path
 
-
+# %% ../nbs/01d_checkpoints.ipynb #7a0079d3
 def _run_records(path: Path) -> tuple[dict, dict | None, dict | None]:
     "A checkpoint's metadata, and the `run.json` and logged losses of the run it belongs to (`runs/<run>/checkpoints/step-N`)."
     meta = json.loads((path/'mlmclm.json').read_text()) if (path/'mlmclm.json').is_file() else {}
@@ -329,7 +329,7 @@ def _run_records(path: Path) -> tuple[dict, dict | None, dict | None]:
     run = json.loads((run_folder/'run.json').read_text()) if (run_folder/'run.json').is_file() else None
     return meta, run, logged_losses(run_folder/'metrics.jsonl', meta['step']) if 'step' in meta else None
 
-
+# %% ../nbs/01d_checkpoints.ipynb #86c630de
 def push_checkpoint(folder: str | Path,          # a checkpoint folder (`runs/<run>/checkpoints/step-<N>`)
                     repo_id: str,                # the hub repository, 'user/name'
                     private: bool = False,       # create the repository private
@@ -356,7 +356,7 @@ def push_checkpoint(folder: str | Path,          # a checkpoint folder (`runs/<r
                              commit_message=f"mlmclm checkpoint {meta.get('run_id', path.name)} step {meta.get('step', '?')}")
     return str(getattr(info, 'commit_url', info))
 
-
+# %% ../nbs/01d_checkpoints.ipynb #a022ac07
 def push_main(argv: list[str]) -> None:
     "`mlmclm push CHECKPOINT REPO [--private] [--token T]`: upload a checkpoint folder to the hub."
     import argparse, sys
@@ -399,7 +399,7 @@ def merge_differences(folders: list[Path],  # resolved checkpoint folders
                                                                for c, f in zip(contents, folders)))
     return lines
 
-
+# %% ../nbs/01d_checkpoints.ipynb #f5a64452
 def check_merge_weights(weights: list[float],        # one per parent
                         any_sum: bool = False,       # accept weights that do not sum to 1 (task arithmetic, extrapolation)
                        ) -> None:
@@ -410,7 +410,7 @@ def check_merge_weights(weights: list[float],        # one per parent
         raise ConfigError(f'merge weights {weights} sum to {sum(weights):g}, not 1: a linear merge averages its parents; '
                           f'pass any_sum=True (mlmclm merge --any-sum) to scale the sum of the weights as given')
 
-
+# %% ../nbs/01d_checkpoints.ipynb #287e4f30
 def _has_lm_head(folder: Path) -> bool:
     "Whether the checkpoint in `folder` stores an LM head (some exports keep the body only)."
     from safetensors import safe_open
@@ -419,7 +419,7 @@ def _has_lm_head(folder: Path) -> bool:
             if any(k.endswith('lm_head.weight') for k in t.keys()): return True
     return False
 
-
+# %% ../nbs/01d_checkpoints.ipynb #ed3b2bd6
 def weighted_sum(folders: list[Path],    # checkpoint folders of one shape
                  weights: list[float],   # one per folder
                 ) -> tuple[dict, Transformer]:   # float32 weights by name, and the last parent (its config, its class)
@@ -433,7 +433,7 @@ def weighted_sum(folders: list[Path],    # checkpoint folders of one shape
             else: total[k] = v.double() * w
     return {k: v.to(torch.float32) for k, v in total.items()}, model
 
-
+# %% ../nbs/01d_checkpoints.ipynb #59fefb1c
 def merge_checkpoints(out: str | Path,     # the merged checkpoint's folder (written whole, then renamed into place)
                       parents: list,       # (checkpoint folder or hub id, weight) pairs, two or more
                       any_sum: bool = False,             # accept weights that do not sum to 1 (see `check_merge_weights`)
@@ -470,7 +470,7 @@ def merge_checkpoints(out: str | Path,     # the merged checkpoint's folder (wri
     finally: shutil.rmtree(tmp, ignore_errors=True)
     return out
 
-
+# %% ../nbs/01d_checkpoints.ipynb #55dcd86d
 def merge_record(folder: str | Path) -> dict | None:
     "The parents and weights of a merged checkpoint (its mlmclm.json's `merge` entry); None for any other checkpoint."
     meta = Path(folder)/'mlmclm.json'
@@ -491,7 +491,7 @@ def parse_merge_parents(words: list[str],  # `CKPT:W` each, or `CKPT` each (equa
                           f'{[p for p, w in pairs if w is None]}')
     return pairs if weighted else [(p, 1 / len(pairs)) for p, _ in pairs]
 
-
+# %% ../nbs/01d_checkpoints.ipynb #c5b0b999
 def merge_main(argv: list[str]) -> None:
     "`mlmclm merge OUT CKPT:W CKPT:W ...`: a linear merge of checkpoints of one shape and tokenizer."
     import argparse
@@ -512,7 +512,7 @@ def merge_main(argv: list[str]) -> None:
     print(f"{out}: " + ' + '.join(f"{p['weight']:g} x {p['checkpoint']}" for p in rec['parents']) +
           f" ({'causal' if rec['is_causal'] else 'bidirectional'})")
 
-
+# %% ../nbs/01d_checkpoints.ipynb #dc773829
 MODEL_COMMANDS = dict(push=push_main, merge=merge_main)   # `python -m mlmclm.checkpoints push|merge ...`, `mlmclm push|merge`
 
 

@@ -27,6 +27,7 @@ __all__ = ['HOST', 'LEASE_S', 'CLAIM_MAX_BYTES', 'ClaimHeld', 'this_process', 's
 class ClaimHeld(RuntimeError):
     "Another live worker holds the claim; the message says who and since when."
 
+# %% ../nbs/00aa_claims.ipynb #90bb7f38
 HOST = socket.gethostname()
 LEASE_S = 1800.0   # seconds a claim's owner on another host may stay silent before its work is taken over
 
@@ -35,10 +36,12 @@ def _pid_start(pid: int) -> str | None:
     try: return read_shared(f'/proc/{pid}/stat').decode().rsplit(')', 1)[1].split()[19]
     except (OSError, IndexError): return None
 
+# %% ../nbs/00aa_claims.ipynb #51451950
 def this_process() -> dict:
     "Host, pid and the pid's start time of this process: what claims and shard headers record."
     return dict(host=HOST, pid=os.getpid(), pid_start=_pid_start(os.getpid()))
 
+# %% ../nbs/00aa_claims.ipynb #ea7935ad
 def slurm_job() -> dict:
     "This process's Slurm job, as claims record it: cluster, job id, array task, restart count ({} outside Slurm)."
     env = os.environ
@@ -48,6 +51,7 @@ def slurm_job() -> dict:
                 slurm_restart=int(env.get('SLURM_RESTART_COUNT') or 0),
                 **({'slurm_array': '_'.join(array)} if all(array) else {}))
 
+# %% ../nbs/00aa_claims.ipynb #1563f100
 def owner_alive(info: dict) -> bool | None:
     "Whether the process named by `info` (host, pid, pid_start) still runs: True/False on this host, None elsewhere."
     if not isinstance(info, dict) or info.get('host') != HOST: return None
@@ -59,6 +63,7 @@ def owner_alive(info: dict) -> bool | None:
     start = _pid_start(pid)
     return start is None or info.get('pid_start') in (None, start)
 
+# %% ../nbs/00aa_claims.ipynb #bf944fc9
 def fs_now(folder: str | Path) -> float:
     "The time now on the filesystem holding `folder`: the mtime of a file just created there."
     probe = Path(folder)/f'.clock-{uuid.uuid4().hex}'
@@ -66,6 +71,7 @@ def fs_now(folder: str | Path) -> float:
     try: return os.fstat(fd).st_mtime
     finally: os.close(fd); probe.unlink()
 
+# %% ../nbs/00aa_claims.ipynb #2c779d09
 def utc_now() -> str:
     "The time now as an ISO-8601 UTC string with microseconds (sorts as it reads)."
     t = time.time()
@@ -93,6 +99,7 @@ def _create_exclusive(path: Path, text: str) -> bool:
         return True
     finally: tmp.unlink(missing_ok=True)
 
+# %% ../nbs/00aa_claims.ipynb #736a1a18
 CLAIM_MAX_BYTES = 1 << 16   # a claim is one short JSON line; anything larger is not one
 
 def claim_bytes(path: str | Path) -> bytes:
@@ -100,6 +107,7 @@ def claim_bytes(path: str | Path) -> bytes:
     try: return read_shared(path, CLAIM_MAX_BYTES)
     except UnreadableFile: return b''
 
+# %% ../nbs/00aa_claims.ipynb #c4b3db96
 def _remove_if_same(path: Path, raw: bytes) -> bool:
     "Remove `path` if it still holds `raw`; if another worker replaced it meanwhile, leave theirs in place."
     aside = path.with_name(f'.{path.name}.{uuid.uuid4().hex}.aside')
@@ -114,6 +122,7 @@ def _remove_if_same(path: Path, raw: bytes) -> bool:
         return same
     except FileNotFoundError: return False         # gone already (or the whole claims folder was removed)
 
+# %% ../nbs/00aa_claims.ipynb #dc52f697
 def claim_state(path: str | Path, lease_s: float) -> tuple[str, dict | None, bytes]:
     "('free' | 'running' | 'stale', the claim's content, its raw bytes) of the claim file at `path`."
     path = Path(path)
@@ -179,7 +188,7 @@ class Claim:
         self._restore = restore
         return self
 
-
+# %% ../nbs/00aa_claims.ipynb #0fd9a7c8
 def earlier_run_of_this_job(info: dict | None) -> bool:
     "Whether the claim `info` was made by an earlier run of this process's own Slurm job (requeued since), not known alive here."
     me = slurm_job()
@@ -188,7 +197,7 @@ def earlier_run_of_this_job(info: dict | None) -> bool:
     return (info.get('slurm_job') == me['slurm_job'] and info.get('slurm_cluster') == me['slurm_cluster']
             and isinstance(theirs, int) and theirs < me['slurm_restart'])
 
-
+# %% ../nbs/00aa_claims.ipynb #0303d3d8
 def claim_holder(info: dict | None, raw: bytes) -> str:
     "Who holds a claim, in words (host, pid, since when, Slurm job), or what is wrong with a claim file that is no claim."
     if not isinstance(info, dict):
@@ -196,7 +205,7 @@ def claim_holder(info: dict | None, raw: bytes) -> str:
     job = f", Slurm job {info['slurm_job']}" if info.get('slurm_job') else ''
     return f"{info.get('host')} pid {info.get('pid')} since {info.get('started')}{job}"
 
-
+# %% ../nbs/00aa_claims.ipynb #8526209c
 def try_claim(path: str | Path,    # the claim file (its folder is created)
               lease_s: float = LEASE_S,  # an owner on another host silent this long is taken as gone
               note: str = '',      # what is claimed, for people reading the file
@@ -221,7 +230,7 @@ def try_claim(path: str | Path,    # the claim file (its folder is created)
         if state != 'free': _remove_if_same(path, raw)   # stale, or our own job's before it was requeued
     return None
 
-
+# %% ../nbs/00aa_claims.ipynb #943e3c01
 @contextmanager
 def claim(path: str | Path, lease_s: float = LEASE_S, note: str = ''):
     "Hold the claim at `path` for the block; raises `ClaimHeld` (naming the holder) if a live worker has it."

@@ -31,7 +31,7 @@ COMMANDS = {
 # (command, subcommand) -> the module whose `main(argv)` runs it, when a later module than the command's
 SUBCOMMANDS = {('results', 'rank'): 'mlmclm.ranking'}
 
-
+# %% ../nbs/07_cli.ipynb #b387bf0f
 def usage() -> str:
     "The text of `mlmclm --help`: every command with its line of help."
     width = max(map(len, COMMANDS))

@@ -33,13 +33,13 @@ def shard_state(f: Path, abandoned_after_s: float | None = None, now: float | No
         except FileNotFoundError: pass
     return 'open'
 
-
+# %% ../nbs/03aa_compaction.ipynb #ae4d020a
 def _regular(f: Path) -> bool:
     "Whether `f` is (or links to) a regular file."
     try: return stat.S_ISREG(f.stat().st_mode)
     except OSError: return False
 
-
+# %% ../nbs/03aa_compaction.ipynb #b31f51b2
 def _take_shards(store: Path, abandoned_after_s: float | None) -> list[Path]:
     "Move the shards that will not grow, with their scores, into `compacting/`; returns the row shards taken."
     d = shard_dir(store); now = fs_now(d)
@@ -51,12 +51,12 @@ def _take_shards(store: Path, abandoned_after_s: float | None) -> list[Path]:
             if g.exists(): os.replace(g, d/'compacting'/g.name)
     return taken
 
-
+# %% ../nbs/03aa_compaction.ipynb #3a62c2b2
 def _shown(f: Path) -> str:
     "`f`'s name as text whatever bytes it holds (a byte that is not UTF-8 shows as \\xNN)."
     return os.fsencode(f.name).decode('utf-8', 'backslashreplace')
 
-
+# %% ../nbs/03aa_compaction.ipynb #523651c8
 def _file_rows(f: Path, data: bytes, is_row) -> tuple[list[dict], list[str]]:
     "The rows in `data` (the bytes of `f`) that `is_row` accepts, headers left out; every other line, named."
     rows, problems = jsonl_rows(f, data)
@@ -73,13 +73,13 @@ def _file_rows(f: Path, data: bytes, is_row) -> tuple[list[dict], list[str]]:
         else: kept.append(r)
     return kept, rejected
 
-
+# %% ../nbs/03aa_compaction.ipynb #133eb425
 def _read_from(fd: int, offset: int) -> bytes:
     chunks = []
     while chunk := os.pread(fd, 1 << 20, offset): chunks.append(chunk); offset += len(chunk)
     return b''.join(chunks)
 
-
+# %% ../nbs/03aa_compaction.ipynb #0e575c71
 def _appended(fd: int, offset: int) -> bytes:
     "What was appended to the file open at `fd` beyond `offset`; a last line still being written is given a second."
     for _ in range(20):
@@ -87,7 +87,6 @@ def _appended(fd: int, offset: int) -> bytes:
         if not tail or tail.endswith(b'\n'): break
         time.sleep(0.05)
     return tail
-
 
 # %% ../nbs/03aa_compaction.ipynb #1b285b0c
 def _merge(target: Path, sources: list[Path], is_row, ident, held) -> tuple[int, list[str], bytes]:
@@ -116,7 +115,7 @@ def _merge(target: Path, sources: list[Path], is_row, ident, held) -> tuple[int,
         return len(kept), rejected, _appended(fd, len(base))
     finally: os.close(fd)
 
-
+# %% ../nbs/03aa_compaction.ipynb #be9ad744
 def _keep_appended(store: Path, rows: bytes, scores: bytes) -> None:
     "Lines appended to the main files while compact replaced them (a writer of an earlier release): a closed shard."
     d, wid = shard_dir(store), writer_id()
@@ -131,12 +130,16 @@ def _keep_appended(store: Path, rows: bytes, scores: bytes) -> None:
                   f'release?); they are kept in {d}/{wid}.jsonl for the next compact. Writers of this release append '
                   f'only to shards: upgrade that writer', stacklevel=3)
 
-
+# %% ../nbs/03aa_compaction.ipynb #11e9135e
 def _row_ident(r: dict): return r.get('row_id') or to_json(r, indent=None)
+
+# %% ../nbs/03aa_compaction.ipynb #3017556a
 def _scores_ident(e: dict): return (e['row_id'], e.get('split'))   # a run's validation and test scores share its row id
+
+# %% ../nbs/03aa_compaction.ipynb #5e96fe43
 def _scores_problem(e: dict): return None if {'row_id', 'f32_zlib_b64'} <= set(e) else 'not a scores entry'
 
-
+# %% ../nbs/03aa_compaction.ipynb #0ccaf4e1
 def compact(store: str | Path, abandoned_after_s: float | None = None) -> dict:
     "Merge finished writers' shards into `store` (replaced atomically) and remove them; safe while writers run."
     store = check_store_path(store); d = shard_dir(store)
@@ -161,7 +164,6 @@ def compact(store: str | Path, abandoned_after_s: float | None = None) -> dict:
             for f in sources: f.unlink(missing_ok=True)
     return dict(shards=len(taken), rows=rows, rejected=len(rejected))
 
-
 # %% ../nbs/03aa_compaction.ipynb #6da1fa82
 def store_health(store: str | Path, lease_s: float = LEASE_S) -> dict:
     "What a store holds: rows, runs, duplicates, superseded rows, unreadable lines, shards and claims by state."
@@ -179,9 +181,10 @@ def store_health(store: str | Path, lease_s: float = LEASE_S) -> dict:
                 interrupted_compaction=len(list((d/'compacting').glob('*.jsonl'))) if d.is_dir() else 0,
                 claims=count([claim_state(c, lease_s)[0] for c in claims]))
 
-
+# %% ../nbs/03aa_compaction.ipynb #8924eb26
 def _counts(c: dict) -> str: return ', '.join(f'{n} {k}' for k, n in c.items()) or 'none'
 
+# %% ../nbs/03aa_compaction.ipynb #bd76bd8d
 def describe_health(h: dict) -> str:
     "The health report as printed by `mlmclm results health`."
     lines = [f"store {h['store']}", f"  runs {h['runs']:,} from {h['rows']:,} complete rows "

@@ -42,6 +42,7 @@ def package_dir() -> Path:
     import mlmclm
     return Path(mlmclm.__file__).resolve().parent
 
+# %% ../nbs/00_core.ipynb #49197530
 def project_root(start: str | Path | None = None,  # where to start looking; the working directory by default
                 ) -> Path:
     "The nearest folder at or above `start` (then above this file) that holds `settings.ini`; else the working directory."
@@ -73,6 +74,7 @@ def pick_device(device: str | None = None  # 'cpu', 'cuda', 'cuda:1', 'mps'; Non
     if device is not None: return torch.device(device)
     return torch.device('cuda' if torch.cuda.is_available() else 'cpu')
 
+# %% ../nbs/00_core.ipynb #331547a8
 def pick_dtype(device: torch.device | str  # where the model runs
               ) -> torch.dtype:
     "bf16 autocast on GPUs that support it (as the paper trains), full fp32 elsewhere."
@@ -90,12 +92,14 @@ class UnreadableFile(OSError):
         super().__init__(errno.EINVAL, f'{path}: {why}; not read')
         self.path, self.why = Path(path), why
 
+# %% ../nbs/00_core.ipynb #06bc7625
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISFIFO, 'a named pipe (FIFO)'), (stat.S_ISDIR, 'a folder'), (stat.S_ISCHR, 'a character device'),
                        (stat.S_ISBLK, 'a block device'), (stat.S_ISSOCK, 'a socket')):
         if test(mode): return name
     return 'not a regular file'
 
+# %% ../nbs/00_core.ipynb #463dac31
 def open_shared(path: str | Path,
                 max_bytes: int | None = None,   # refuse a larger file (None: `SHARED_MAX_BYTES`)
                 create: bool = False,           # create an empty file where there is none
@@ -114,6 +118,7 @@ def open_shared(path: str | Path,
     except BaseException:
         os.close(fd); raise
 
+# %% ../nbs/00_core.ipynb #6dc6542f
 def read_shared(path: str | Path,
                 max_bytes: int | None = None,   # refuse a larger file (None: `SHARED_MAX_BYTES`)
                ) -> bytes:
@@ -138,11 +143,13 @@ def _umask() -> int:
     mask = os.umask(0o022); os.umask(mask)
     return mask
 
+# %% ../nbs/00_core.ipynb #e596eb1a
 def new_file_mode(path: str | Path) -> int:
     "The mode a rewrite of `path` should get: the existing file's, else 0666 less the umask (what `open` gives)."
     try: return stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError: return 0o666 & ~_umask()
 
+# %% ../nbs/00_core.ipynb #5008c879
 @contextmanager
 def atomic_path(path: str | Path  # the final file; its folder is created if missing
                ):
@@ -161,11 +168,13 @@ def atomic_path(path: str | Path  # the final file; its folder is created if mis
     finally:
         if tmp.exists(): tmp.unlink()
 
+# %% ../nbs/00_core.ipynb #77c0ae47
 def atomic_write_text(path: str | Path, text: str) -> Path:
     "Write `text` to `path` atomically."
     with atomic_path(path) as tmp: Path(tmp).write_text(text, encoding='utf-8')
     return Path(path)
 
+# %% ../nbs/00_core.ipynb #f89df9ee
 def _to_jsonable(o):
     if dataclasses.is_dataclass(o): return dataclasses.asdict(o)
     if isinstance(o, Path): return str(o)
@@ -173,16 +182,19 @@ def _to_jsonable(o):
     if type(o).__module__ == 'torch' and type(o).__name__ == 'dtype': return str(o)   # torch.float32 -> 'torch.float32'
     raise TypeError(f'cannot write {type(o).__name__} as JSON')
 
+# %% ../nbs/00_core.ipynb #a67e0519
 def to_json(obj, indent: int | None = 2,
             allow_nan: bool = True,   # False: NaN and infinities raise ValueError (they are not valid JSON)
            ) -> str:
     "JSON text with sorted keys (stable diffs); dataclasses, paths and numpy scalars allowed."
     return json.dumps(obj, indent=indent, sort_keys=True, default=_to_jsonable, allow_nan=allow_nan)
 
+# %% ../nbs/00_core.ipynb #4c9e1f34
 def atomic_write_json(path: str | Path, obj) -> Path:
     "Write `obj` as sorted, indented JSON to `path` atomically."
     return atomic_write_text(path, to_json(obj) + '\n')
 
+# %% ../nbs/00_core.ipynb #06ccd2ae
 def read_json(path: str | Path,
               max_bytes: int | None = None,  # refuse a larger file (default: `SHARED_MAX_BYTES`)
              ):
@@ -193,12 +205,14 @@ def read_json(path: str | Path,
 class WriteError(OSError):
     "A write that did not complete (disk full, quota, I/O error); names the file; what was written before is intact."
 
+# %% ../nbs/00_core.ipynb #a948149f
 def write_all(fd: int, data: bytes) -> None:
     while data:
         n = os.write(fd, data)
         if n <= 0: raise OSError(28, os.strerror(28))
         data = data[n:]
 
+# %% ../nbs/00_core.ipynb #d8a75c24
 def append_lines(path: str | Path, lines: list[str]) -> tuple[int, int]:
     "Append `lines` (no newlines inside) to `path` in one write and fsync; returns the file's (device, inode)."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
@@ -216,10 +230,12 @@ def append_lines(path: str | Path, lines: list[str]) -> tuple[int, int]:
         raise WriteError(e.errno, f'{e.strerror}: could not append to {path}; the rows written before are intact, '
                                   f'these {len(lines)} line(s) may be missing or torn') from e
 
+# %% ../nbs/00_core.ipynb #f67f8967
 def append_jsonl(path: str | Path, row: dict) -> None:
     "Append one JSON row to `path` as a single write, then flush it to disk."
     append_lines(path, [to_json(row, indent=None)])
 
+# %% ../nbs/00_core.ipynb #858c93ea
 def jsonl_rows(path: str | Path,
                data: bytes | None = None,  # the file's bytes, when the caller has read them already
               ) -> tuple[list[tuple[int, dict]], list[str]]:
@@ -241,12 +257,14 @@ def jsonl_rows(path: str | Path,
         elif not torn: problems.append(f'line {i}: a JSON {type(row).__name__}, not an object')
     return rows, problems
 
+# %% ../nbs/00_core.ipynb #de36e936
 def warn_lines(path: str | Path, problems: list[str], what: str = 'unreadable') -> None:
     "One warning naming `path` and the first few of its skipped lines."
     if not problems: return
     more = f' (and {len(problems) - 5} more)' if len(problems) > 5 else ''
     warnings.warn(f'{path}: skipped {len(problems)} {what} line(s): ' + '; '.join(problems[:5]) + more, stacklevel=3)
 
+# %% ../nbs/00_core.ipynb #d735cb48
 def read_jsonl(path: str | Path) -> list[dict]:
     "The rows of a JSON-lines file ([] if missing); a torn last line is skipped, other bad lines with a warning."
     rows, problems = jsonl_rows(path)
@@ -257,6 +275,7 @@ def read_jsonl(path: str | Path) -> list[dict]:
 class ConfigError(ValueError):
     "A configuration value or key that is not allowed; the message says which and what is."
 
+# %% ../nbs/00_core.ipynb #76488a24
 def param(default, help: str = '', *, choices=None, low=None, high=None, low_open=False,
           name: bool = False,   # a name (folder, file, run, checkpoint): text as written, never a number (see below)
          ):
@@ -264,6 +283,7 @@ def param(default, help: str = '', *, choices=None, low=None, high=None, low_ope
     return dataclasses.field(default=default, metadata=dict(help=help, choices=choices, low=low, high=high,
                                                             low_open=low_open, name=name))
 
+# %% ../nbs/00_core.ipynb #190661f7
 def _allowed_types(hint) -> tuple:
     if hint is typing.Any: return (object,)
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -272,6 +292,7 @@ def _allowed_types(hint) -> tuple:
     if origin is not None: return (origin,)
     return (hint,)
 
+# %% ../nbs/00_core.ipynb #0987f47e
 def _coerce(name, value, hint, is_name: bool = False):
     types = _allowed_types(hint)
     if is_name and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -290,8 +311,10 @@ def _coerce(name, value, hint, is_name: bool = False):
         return tuple(value) if tuple in types else list(value)
     raise ConfigError(f'{name}={value!r} has type {type(value).__name__}; expected {_type_names(types)}')
 
+# %% ../nbs/00_core.ipynb #4b651b05
 def _type_names(types): return ' or '.join(sorted({'None' if t is type(None) else t.__name__ for t in types}))
 
+# %% ../nbs/00_core.ipynb #53c7a295
 def check_field(name: str, value, meta: dict) -> None:
     "Raise `ConfigError` if `value` breaks the `choices`/`low`/`high` of a `param` field."
     choices, low, high = meta.get('choices'), meta.get('low'), meta.get('high')
@@ -305,6 +328,7 @@ def check_field(name: str, value, meta: dict) -> None:
                  ([f'<= {high}'] if high is not None else [])
         raise ConfigError(f"{name}={value!r} is out of range; allowed: {' and '.join(bounds)}")
 
+# %% ../nbs/00_core.ipynb #47b5f035
 def build_config(cls, values: dict | None = None, **overrides):
     "An instance of dataclass `cls` from `values` and `overrides`, every key and value checked."
     values = {**(values or {}), **overrides}
@@ -323,6 +347,7 @@ def build_config(cls, values: dict | None = None, **overrides):
         checked[k] = v
     return cls(**checked)
 
+# %% ../nbs/00_core.ipynb #4e94f94c
 def parse_setting(cls, key: str, text: str):
     """The value of `key=text` on a command line for a field of dataclass `cls`: a name field keeps `text` as written
     ('None' gives None where allowed); other fields take a whole number, a number, True/False/None, else the text."""
@@ -334,7 +359,7 @@ def parse_setting(cls, key: str, text: str):
         except (ValueError, OverflowError): pass
     return {'None': None, 'True': True, 'False': False}.get(text, text)
 
-
+# %% ../nbs/00_core.ipynb #2c77245c
 def config_help(cls) -> str:
     "One line per field: name, default, allowed values and help text."
     lines = []
@@ -357,7 +382,7 @@ def injected_parameters(namespace: dict,  # the notebook's globals()
             return {k: namespace[k] for k in names if k in namespace}
     return {}
 
-
+# %% ../nbs/00_core.ipynb #9304f563
 def notebook_config(cls,               # the dataclass config the notebook launches
                     namespace: dict,   # the notebook's globals() after the parameters (and injected) cells
                     preset: Callable[[str | None], dict] = lambda name: {},  # a preset's name -> its values
@@ -371,14 +396,14 @@ def notebook_config(cls,               # the dataclass config the notebook launc
     values.update({k: v for k, v in injected.items() if k != 'preset'})
     return build_config(cls, values)
 
-
+# %% ../nbs/00_core.ipynb #cff91742
 def _short_help(f) -> str:
     "A field's help on one line of a parameters cell: no `=` (papermill's parser skips such lines), choices listed."
     help, choices = f.metadata.get('help', ''), f.metadata.get('choices')
     if choices is not None: help = help.split(': ')[0] + ': ' + ' | '.join(map(str, choices))
     return help.replace('=', ' is ')
 
-
+# %% ../nbs/00_core.ipynb #134d1ebd
 def parameters_source(cls,              # the dataclass config
                       preset: str = '', # the first line: the `preset` parameter and what it accepts
                      ) -> str:
@@ -400,6 +425,7 @@ def git_commit(root: str | Path | None = None) -> dict:
         return dict(commit=head.stdout.strip(), dirty=dirty)
     except (OSError, subprocess.SubprocessError): return dict(commit=None, dirty=None)
 
+# %% ../nbs/00_core.ipynb #b80cf20c
 NUMERICS_ENV = ('OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'ATEN_CPU_CAPABILITY', 'MKL_CBWR', 'ONEDNN_MAX_CPU_ISA')
 
 def cpu_info() -> dict:
@@ -411,7 +437,7 @@ def cpu_info() -> dict:
     return dict(model=model, capability=torch.backends.cpu.get_cpu_capability(), threads=torch.get_num_threads(),
                 env={k: os.environ[k] for k in NUMERICS_ENV if k in os.environ})
 
-
+# %% ../nbs/00_core.ipynb #a3104005
 def environment_info() -> dict:
     "Versions, host and git state that a result depends on."
     import torch
@@ -424,11 +450,13 @@ def environment_info() -> dict:
                 cuda=torch.version.cuda, gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
                 cpu=cpu_info(), git=git_commit())
 
+# %% ../nbs/00_core.ipynb #4a33fd85
 def config_hash(config) -> str:
     "A short stable hash of a config (dataclass or dict): equal configs give equal hashes."
     if dataclasses.is_dataclass(config): config = dataclasses.asdict(config)
     return hashlib.sha256(to_json(config, indent=None).encode()).hexdigest()[:12]
 
+# %% ../nbs/00_core.ipynb #226473b1
 def run_dir(run_id: str,  # folder name under `runs/`
             root: str | Path | None = None,  # where `runs/` lives; the project root by default
            ) -> Path:
@@ -439,6 +467,7 @@ def run_dir(run_id: str,  # folder name under `runs/`
     d.mkdir(parents=True, exist_ok=True)
     return d
 
+# %% ../nbs/00_core.ipynb #1fa516b3
 def write_run_record(folder: str | Path, config, seed: int | None = None, **extra) -> Path:
     "Write `run.json` (config, its hash, seed, environment, extra fields) into `folder`."
     cfg = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)

@@ -27,6 +27,7 @@ def corpus_path() -> Path:
     "The shipped corpus: xz-compressed JSON lines with fields `title`, `work`, `text`, `split`."
     return assets_dir()/'corpus'/'corpus.jsonl.xz'
 
+# %% ../nbs/00c_corpus.ipynb #8299ee7c
 def reviews_path() -> Path:
     "Unlabeled movie-review snippets and plot synopses (none of the SC task's examples): xz JSON lines, as the corpus."
     return assets_dir()/'corpus'/'reviews.jsonl.xz'
@@ -37,17 +38,20 @@ def _shipped_rows(path: Path) -> tuple[dict, ...]:
     "The rows of a shipped xz JSON-lines file (the corpus, the reviews), read once per process."
     with lzma.open(path, 'rt', encoding='utf-8') as f: return tuple(json.loads(l) for l in f)
 
+# %% ../nbs/00c_corpus.ipynb #e090df33
 def embedded_records(split: str = 'train'  # 'train' (pretraining), 'heldout' (fine-tuning stand-ins) or 'all'
                     ) -> list[dict]:
     "The shipped corpus rows of `split`, in file order, as dicts with `title`, `work`, `text`, `split`."
     if split not in CORPUS_SPLITS: raise ConfigError(f'split={split!r} is not one of {CORPUS_SPLITS}')
     return [dict(r) for r in _shipped_rows(corpus_path()) if split == 'all' or r['split'] == split]
 
+# %% ../nbs/00c_corpus.ipynb #42910b98
 def embedded_documents(split: str = 'train'  # 'train', 'heldout' or 'all'
                       ) -> list[str]:
     "The texts of the shipped corpus rows of `split`."
     return [r['text'] for r in embedded_records(split)]
 
+# %% ../nbs/00c_corpus.ipynb #5c91a40f
 def review_documents() -> list[str]:
     "The texts of the shipped review documents (pretraining text only: nothing of them is held out)."
     return [r['text'] for r in _shipped_rows(reviews_path())]

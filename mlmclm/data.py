@@ -75,6 +75,7 @@ def build_tokenizer(out_dir: str | Path | None = None,  # where to save; the shi
 # %% ../nbs/01a_data.ipynb #07e2e3cc
 def _has(tok, text: str) -> bool: return text in tok.get_vocab()
 
+# %% ../nbs/01a_data.ipynb #0845bb6c
 def ensure_special_tokens(tok: PreTrainedTokenizerFast  # modified in place (and returned)
                          ) -> PreTrainedTokenizerFast:
     "Apply the MASK/EOS/BOS/PAD rule above; record newly created tokens in `tok.mlmclm_added_tokens`."
@@ -90,6 +91,7 @@ def ensure_special_tokens(tok: PreTrainedTokenizerFast  # modified in place (and
     tok.mlmclm_added_tokens = new
     return tok
 
+# %% ../nbs/01a_data.ipynb #c64a5186
 def load_tokenizer(name_or_path: str | Path | None = None  # None or 'embedded': the shipped BPE; else a hub id or a folder
                   ) -> PreTrainedTokenizerFast:
     "A fast tokenizer with BOS, EOS, PAD and MASK guaranteed (see the rule above); `len(tokenizer)` is the vocabulary the model needs."
@@ -116,6 +118,7 @@ def _jsonl_texts(p: Path, text_field: str) -> list[str]:
             texts.append(row[text_field])
     return texts
 
+# %% ../nbs/01a_data.ipynb #09b785e2
 def _read_local(path: Path, text_field: str = 'text') -> list[str]:
     files = sorted(p for p in path.rglob('*') if p.is_file()) if path.is_dir() else [path]
     docs = []
@@ -131,6 +134,7 @@ def _read_local(path: Path, text_field: str = 'text') -> list[str]:
     if not docs: raise ConfigError(f'data path {str(path)!r} holds no .txt or .jsonl documents')
     return docs
 
+# %% ../nbs/01a_data.ipynb #761509d9
 def finite_documents(data: str | Path,        # 'embedded', 'embedded+reviews' or a local .txt/.jsonl file or folder
                      split: str = 'train',    # for the shipped corpus only: 'train', 'heldout' or 'all'
                      text_field: str = 'text' # for .jsonl only: the field that holds the text
@@ -144,10 +148,12 @@ def finite_documents(data: str | Path,        # 'embedded', 'embedded+reviews' o
     if not docs: raise ConfigError(f'data={str(data)!r}: every document is empty or whitespace only')
     return docs
 
+# %% ../nbs/01a_data.ipynb #be3100cb
 def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
     "The permutation of `n` documents used in `epoch`: a function of `seed + epoch` alone."
     return np.random.default_rng(seed + epoch).permutation(n)
 
+# %% ../nbs/01a_data.ipynb #0d81b491
 def fineweb_documents(seed: int = 42,                       # shuffle seed (shards and buffer)
                       subset: str = DEFAULT_FINEWEB_SUBSET, # FineWeb-Edu config name
                       shuffle_buffer: int = 10_000,         # documents held in the shuffle buffer
@@ -169,12 +175,14 @@ def tokenize(texts: list[str], tokenizer) -> list[np.ndarray]:
     enc = tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
     return [np.asarray(e.ids, dtype=np.int64) for e in enc]
 
+# %% ../nbs/01a_data.ipynb #d82a37e2
 def _tokenized_finite(docs: list[str], tokenizer, key) -> list[np.ndarray]:
     "Tokenize a finite corpus once per tokenizer object (resumes and repeated iterators reuse it)."
     per_tok = _TOKEN_CACHE.setdefault(tokenizer, {})
     if key not in per_tok: per_tok[key] = tokenize(docs, tokenizer)
     return per_tok[key]
 
+# %% ../nbs/01a_data.ipynb #f0340e40
 def _pack(docs: Iterable[np.ndarray], seq_len: int, bos: int, eos: int, skip_tokens: int = 0) -> Iterator[dict]:
     "Cut the stream `[bos]+d+[eos]` over `docs` into rows, after dropping its first `skip_tokens` tokens."
     ids, owner, have, doc_no = [], [], 0, 0    # pending chunks, the document number of each chunk, tokens pending
@@ -194,6 +202,7 @@ def _pack(docs: Iterable[np.ndarray], seq_len: int, bos: int, eos: int, skip_tok
         ids, owner = [flat[n_rows*seq_len:]], [who[n_rows*seq_len:]]
         have = len(ids[0])
 
+# %% ../nbs/01a_data.ipynb #261d8555
 _SOURCE_KWARGS = {'finite': ('split', 'text_field'), 'fineweb-edu': ('subset', 'shuffle_buffer', 'text_field')}
 
 def packed_rows(data: str | Path = EMBEDDED,  # 'embedded', 'fineweb-edu', or a local .txt/.jsonl file or folder
@@ -225,6 +234,7 @@ def packed_rows(data: str | Path = EMBEDDED,  # 'embedded', 'fineweb-edu', or a 
     stream = (toks[i] for e in itertools.count(first_epoch) for i in epoch_order(len(toks), seed, e))
     return _pack(stream, seq_len, bos, eos, skip_tokens=offset)
 
+# %% ../nbs/01a_data.ipynb #6cb769c1
 def batches(rows: Iterable[dict],  # rows from `packed_rows`
             batch_size: int        # rows per batch
            ) -> Iterator[dict]:
@@ -242,7 +252,7 @@ DOCS_PER_UNIT = 256                  # documents of a finite source tokenized to
 class StoreError(ConfigError):
     "A token store that is missing, unfinished, corrupt or made for other data; the message says how to repair it."
 
-
+# %% ../nbs/01a_data.ipynb #bc96c769
 @dataclass(frozen=True)
 class StoreSource:
     "Where a store's documents come from: enough to find the store again and to record its provenance."
@@ -252,7 +262,7 @@ class StoreSource:
     revision: str | None = None    # fineweb-edu: the hub revision asked for (None: the default branch)
     text_field: str = 'text'       # the column (or .jsonl field) holding the text
 
-
+# %% ../nbs/01a_data.ipynb #4194eacf
 def store_source(data: str | Path,            # 'embedded', 'fineweb-edu', or a local .txt/.jsonl file or folder
                  subset: str | None = None,   # fineweb-edu subset; DEFAULT_FINEWEB_SUBSET when None
                  repo: str | None = None,     # fineweb-edu: hub id or local folder in the hub layout; FINEWEB_EDU when None
@@ -273,7 +283,7 @@ def tokenizer_sha(tokenizer) -> str:
     "SHA-256 of the tokenizer's full definition (vocabulary, merges, normalizer, special and added tokens)."
     return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()
 
-
+# %% ../nbs/01a_data.ipynb #cb816a54
 def finite_units(source: StoreSource, seed: int) -> tuple[list, str]:
     "Units of 256 texts in the order of `epoch_order(n, seed, 0)`, and a hash of the documents' contents."
     docs = finite_documents(source.path, text_field=source.text_field)
@@ -283,7 +293,7 @@ def finite_units(source: StoreSource, seed: int) -> tuple[list, str]:
     units = [('texts', ordered[i:i + DOCS_PER_UNIT]) for i in range(0, len(ordered), DOCS_PER_UNIT)]
     return units, content.hexdigest()
 
-
+# %% ../nbs/01a_data.ipynb #45a04568
 def _hub_data_files(source: StoreSource) -> tuple[list[str], str | None]:
     "The Parquet files of the subset's train split (hub URLs or local paths) and the revision they resolve to."
     from datasets import load_dataset_builder
@@ -294,7 +304,7 @@ def _hub_data_files(source: StoreSource) -> tuple[list[str], str | None]:
     rev = re.search(r'@([0-9a-f]{40})/', files[0]) if files else None   # hub URLs carry the commit they resolved to
     return files, rev.group(1) if rev else source.revision
 
-
+# %% ../nbs/01a_data.ipynb #f8bcaa67
 def _parquet(path: str):
     "A `pyarrow.parquet.ParquetFile` on a local path or a `hf://` URL (streamed by `huggingface_hub`)."
     import pyarrow.parquet as pq
@@ -303,7 +313,7 @@ def _parquet(path: str):
         return pq.ParquetFile(HfFileSystem().open(path[len('hf://'):], 'rb'))
     return pq.ParquetFile(path)
 
-
+# %% ../nbs/01a_data.ipynb #9e6ec6d5
 def hub_units(source: StoreSource, seed: int) -> tuple[list, str]:
     "One unit per Parquet row group, in the order of a permutation drawn with `seed`; a hash of the file list."
     files, revision = _hub_data_files(source)
@@ -327,7 +337,7 @@ def _init_worker(tokenizer_dir: str, text_field: str, single_thread: bool = Fals
     _WORKER.update(tok=tok.backend_tokenizer, bos=tok.bos_token_id, eos=tok.eos_token_id, text_field=text_field,
                    files={})
 
-
+# %% ../nbs/01a_data.ipynb #e192e1bd
 def _unit_texts(unit: tuple) -> list[str]:
     "The texts of a unit: carried in it (finite sources), or one Parquet row group shuffled with the unit's seed."
     if unit[0] == 'texts': return unit[1]
@@ -338,7 +348,7 @@ def _unit_texts(unit: tuple) -> list[str]:
     texts = [texts[i] for i in np.random.default_rng(order_seed).permutation(len(texts))]
     return [t for t in texts if isinstance(t, str) and t.strip()]
 
-
+# %% ../nbs/01a_data.ipynb #9d88a006
 def _unit_tokens(unit: tuple) -> tuple[np.ndarray, np.ndarray]:
     "The unit's documents as one stream `[BOS] ids [EOS] [BOS] ...` (int64) and the offset where each document begins."
     bos, eos = _WORKER['bos'], _WORKER['eos']
@@ -348,7 +358,7 @@ def _unit_tokens(unit: tuple) -> tuple[np.ndarray, np.ndarray]:
         flat.append(bos); flat.extend(enc.ids); flat.append(eos)
     return np.asarray(flat, dtype=np.int64), np.asarray(starts, dtype=np.int64)
 
-
+# %% ../nbs/01a_data.ipynb #891ba29a
 def tokenized_units(units: list, tokenizer_dir: Path, text_field: str, workers: int) -> Iterator[tuple]:
     "`_unit_tokens` of each unit, in order, computed by `workers` spawned processes (in this one when 1)."
     if workers == 1:

@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 
 from .core import ConfigError, atomic_path, project_root
-from .vocab import FINETUNE_OPTIONS
+from .finetune_protocol import FINETUNE_OPTIONS
 
 # %% auto #0
 __all__ = ['SPECIAL_TOKENS', 'FEATURES_MAGIC', 'MAX_FEATURES_BYTES', 'wrap', 'encode_sequence', 'word_of_tokens', 'encode_tokens',
@@ -37,29 +37,29 @@ SPECIAL_TOKENS = FINETUNE_OPTIONS['special_tokens'].choices
 def _ids(tok, text: str) -> list[int]:
     return tok(text, add_special_tokens=False)['input_ids']
 
-
+# %% ../nbs/03ac_encoding.ipynb #cff2bc37
 def _bos(tok, special_tokens: str) -> list[int]:
     "What comes before a text: nothing (`'eos'`), or BOS (`'bos_eos'`, earlier mlmclm); the one reader of the option."
     if special_tokens not in SPECIAL_TOKENS:
         raise ConfigError(f'special_tokens={special_tokens!r}; choose one of {list(SPECIAL_TOKENS)}')
     return [tok.bos_token_id] if special_tokens == 'bos_eos' else []
 
-
+# %% ../nbs/03ac_encoding.ipynb #47cac463
 def _frame(seq: list, bos: list, eos, max_length: int) -> list:
     "`seq` between `bos` (empty, or one item) and `eos`, at most `max_length`: see above for how each format is cut."
     if not bos: return (seq + [eos])[:max_length]
     return bos + seq[:max_length - 2] + [eos]
 
-
+# %% ../nbs/03ac_encoding.ipynb #850d5be1
 def wrap(tok, ids: list[int], max_length: int, special_tokens: str = 'eos') -> list[int]:
     "A text's ids with its special tokens, at most `max_length`."
     return _frame(ids, _bos(tok, special_tokens), tok.eos_token_id, max_length)
 
-
+# %% ../nbs/03ac_encoding.ipynb #c688bcaa
 def encode_sequence(examples, tok, max_length: int, special_tokens: str = 'eos') -> list[dict]:
     return [dict(input_ids=wrap(tok, _ids(tok, ex['text']), max_length, special_tokens), label=ex['label']) for ex in examples]
 
-
+# %% ../nbs/03ac_encoding.ipynb #d567c8b2
 def word_of_tokens(offsets: list, words: list[str]) -> list[int]:
     """The word each token of `' '.join(words)` belongs to (-1: none): the word its first character falls in, or the
     next word when it starts on the space before it."""
@@ -70,13 +70,13 @@ def word_of_tokens(offsets: list, words: list[str]) -> list[int]:
         out.append(w if w < len(words) else -1)
     return out
 
-
+# %% ../nbs/03ac_encoding.ipynb #768f998d
 def _tag_sentence(ex, tok) -> tuple[list, list]:
     "EncodEval's tagging input: the sentence tokenized once; (ids, word of each id)."
     enc = tok(' '.join(ex['tokens']), add_special_tokens=False, return_offsets_mapping=True)
     return enc['input_ids'], word_of_tokens(enc['offset_mapping'], ex['tokens'])
 
-
+# %% ../nbs/03ac_encoding.ipynb #91ce06da
 def _tag_words(ex, tok) -> tuple[list, list]:
     "The earlier mlmclm tagging input: each word tokenized on its own; (ids, word of each id)."
     ids, words = [], []
@@ -85,7 +85,7 @@ def _tag_words(ex, tok) -> tuple[list, list]:
         ids += pieces; words += [i] * len(pieces)
     return ids, words
 
-
+# %% ../nbs/03ac_encoding.ipynb #b81c705e
 def encode_tokens(examples, tok, max_length: int, special_tokens: str = 'eos',
                   label_all: bool = True,   # every sub-token labelled (EncodEval), else only the first (earlier mlmclm)
                  ) -> list[dict]:
@@ -112,7 +112,7 @@ def _answer_tokens(offsets: list, answers: dict) -> tuple[int, int] | None:
     while last >= 0 and offsets[last][1] >= end: last -= 1
     return first - 1, last + 1
 
-
+# %% ../nbs/03ac_encoding.ipynb #156ff1fc
 def encode_answer_tokens(examples, tok, max_length: int, special_tokens: str = 'eos') -> list[dict]:
     "EncodEval's QA features: one per example, labels 1 on the first gold answer's tokens, 0 elsewhere."
     feats = []
@@ -130,7 +130,7 @@ def encode_answer_tokens(examples, tok, max_length: int, special_tokens: str = '
         feats.append(dict(input_ids=head + ctx, labels=labels, example=n, offsets=[None] * len(head) + offsets))
     return feats
 
-
+# %% ../nbs/03ac_encoding.ipynb #c24eb15e
 def encode_spans(examples, tok, max_length: int, special_tokens: str = 'eos', stride: int | None = None) -> list[dict]:
     "QA features of `qa_mode='squad'`: one per context window; start/end token positions (0 = no answer in this window)."
     feats = []
@@ -155,7 +155,7 @@ def encode_spans(examples, tok, max_length: int, special_tokens: str = 'eos', st
             if start + width >= len(ctx): break
     return feats
 
-
+# %% ../nbs/03ac_encoding.ipynb #6eb0bde9
 def encode_texts(texts, tok, max_length: int, prefix: str, special_tokens: str = 'eos') -> list[dict]:
     "Retrieval inputs with the authors' 'Query: ' / 'Document: ' prefixes."
     return [dict(input_ids=wrap(tok, _ids(tok, prefix + t), max_length, special_tokens)) for t in texts]
@@ -188,14 +188,14 @@ def _canonical(o):
     if isinstance(o, (np.generic, np.ndarray)): return o.tolist()
     raise TypeError(f'an example holds a {type(o).__name__}, which has no canonical form for the feature-cache key')
 
-
+# %% ../nbs/03ac_encoding.ipynb #67f6b373
 def examples_fingerprint(examples  # a list of dicts or of texts
                         ) -> str:
     "A hash of every example, through one canonical JSON text: any changed value or count gives another."
     text = json.dumps(examples, sort_keys=True, ensure_ascii=False, separators=(',', ':'), default=_canonical)
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
-
+# %% ../nbs/03ac_encoding.ipynb #1b5d1223
 def _others_can_write(folder: Path) -> str | None:
     "Why another user could write into `folder` (a link, not a folder, not ours, writable by group or others); None: only we can."
     try: st = os.lstat(folder)
@@ -206,7 +206,7 @@ def _others_can_write(folder: Path) -> str | None:
     if st.st_mode & 0o022: return f'is writable by its group or others (mode {stat.S_IMODE(st.st_mode):o})'
     return None
 
-
+# %% ../nbs/03ac_encoding.ipynb #e5875cc8
 def feature_cache_dir(cfg,                  # a `FinetuneConfig`
                       create: bool = False, # make the default folder now, readable and writable by this user only
                      ) -> Path | None:
@@ -228,14 +228,14 @@ def feature_cache_dir(cfg,                  # a `FinetuneConfig`
         return None
     return folder
 
-
+# %% ../nbs/03ac_encoding.ipynb #c25ea3aa
 def _small(a: np.ndarray) -> np.ndarray:
     "`a` (int64) in the smallest integer type that holds its values (token ids: int32; labels: int8)."
     for t in (np.int8, np.int16, np.int32):
         if not a.size or (np.iinfo(t).min <= a.min() and a.max() <= np.iinfo(t).max): return a.astype(t)
     return a
 
-
+# %% ../nbs/03ac_encoding.ipynb #2356f50b
 def _flat(values: list, path: str, allowed: tuple) -> list:
     "The items of every list in `values` end to end; an item of another type than `allowed` is an error naming it."
     flat = list(itertools.chain.from_iterable(values))
@@ -258,7 +258,7 @@ def _kind(values: list, path: str) -> str:
                             f'lists of ints, lists of (int, int) pairs or None, and dicts of these')
     return first if isinstance(first, str) else first.__name__
 
-
+# %% ../nbs/03ac_encoding.ipynb #884830a0
 def _pack(rows: list[dict], arrays: dict, where: str = '') -> list:
     "The layout of `rows` (dicts with the same keys); their values go into `arrays` as flat columns."
     keys = list(rows[0]) if rows else []
@@ -283,7 +283,7 @@ def _pack(rows: list[dict], arrays: dict, where: str = '') -> list:
         layout.append([k, kind, col])
     return layout
 
-
+# %% ../nbs/03ac_encoding.ipynb #a71d73b0
 def _unpack(layout: list, arrays: dict, n: int) -> list[dict]:
     "The `n` rows that `_pack` stored as `layout` and `arrays`."
     columns = []
@@ -311,9 +311,10 @@ def _features_file(feats: list[dict], key: dict) -> bytes:
     body = json.dumps(dict(key=key, n=len(feats), layout=layout), sort_keys=True).encode() + b'\n' + buf.getvalue()
     return FEATURES_MAGIC + hashlib.sha256(body).hexdigest().encode() + b'\n' + body
 
-
+# %% ../nbs/03ac_encoding.ipynb #b04bd6ad
 class _BadFile(ValueError): "Why a feature-cache file cannot be used."
 
+# %% ../nbs/03ac_encoding.ipynb #b2d92f73
 _DAMAGED = (OSError, EOFError, ValueError, KeyError, IndexError, TypeError, StopIteration, zipfile.BadZipFile, MemoryError,
             OverflowError, RecursionError)
 MAX_FEATURES_BYTES = 2**32   # a cache file larger than this (4 GiB) is not read: no task's features come near it
@@ -332,7 +333,7 @@ def _read_regular(path: Path, limit: int = MAX_FEATURES_BYTES) -> bytes:
     if len(data) != st.st_size: raise _BadFile('changed size while it was read')
     return data
 
-
+# %% ../nbs/03ac_encoding.ipynb #f8d957e7
 def _check_npz(payload: bytes) -> None:
     """Refuse (`_BadFile`) an `.npz` that `_features_file` could not have written, before any array is allocated: a
     compressed member (ours are stored) or one whose header promises more bytes than it holds (an allocation bomb)."""
@@ -347,7 +348,7 @@ def _check_npz(payload: bytes) -> None:
                 raise _BadFile(f'holds a member {info.filename!r} whose header ({shape}, {dtype}) does not match its '
                                f'{info.file_size:,} bytes')
 
-
+# %% ../nbs/03ac_encoding.ipynb #f2e2bd33
 def _read_features(path: Path, key: dict) -> list[dict]:
     "The features in the cache file `path`; a `_BadFile` says why they cannot be used."
     data = _read_regular(path)
@@ -361,14 +362,14 @@ def _read_features(path: Path, key: dict) -> list[dict]:
     with np.load(io.BytesIO(payload), allow_pickle=False) as z: arrays = {k: z[k] for k in z.files}
     return _unpack(head['layout'], arrays, head['n'])
 
-
+# %% ../nbs/03ac_encoding.ipynb #e241a59b
 def _drop(path: Path) -> str:
     "Remove a cache entry that cannot be used; what became of it, for the warning (a folder is left: it may hold anything)."
     if stat.S_ISDIR(os.lstat(path).st_mode): return 'it is a folder, left as it is; the features are not cached'
     path.unlink(missing_ok=True)
     return 'it was removed and is rebuilt'
 
-
+# %% ../nbs/03ac_encoding.ipynb #b730bd05
 def cached_features(folder: Path,        # the cache folder
                     key: dict,           # everything the features depend on (JSON-able)
                     encode: Callable,    # () -> the features, when the cache has none

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .vocab import FINETUNE
+from .finetune_protocol import FINETUNE
 from .runs import FinetuneConfig
 from .model import HEADS, Head, layout_of
 from .data import tokenizer_sha
@@ -56,21 +56,21 @@ class RunContext:
                                                 special_tokens=self.cfg.special_tokens,
                                                 examples=examples_fingerprint(examples), code=encoders_sha()), encode)
 
-
+# %% ../nbs/03ad_evaluation.ipynb #1aac1194
 def _per_example(out: torch.Tensor, batch: dict, chunk: list[dict], per_token: bool) -> list[torch.Tensor]:
     "One output tensor per example of `chunk`, in its order: a row (per-example heads) or its tokens (per-token heads)."
     if 'document_ids' in batch:
         return unpack_tokens(out, batch['cu_seqlens'], batch['order']) if per_token else list(unpack_examples(out, batch['order']))
     return [out[j, :len(f['input_ids'])] for j, f in enumerate(chunk)] if per_token else list(out)
 
-
+# %% ../nbs/03ad_evaluation.ipynb #e3c8f1e5
 def _eval_groups(feats: list[dict], run: RunContext) -> list[list[int]]:
     "Indices of `feats` per forward pass: packed, longest first, within `run.tokens`; padded, 64 in order."
     if not run.cfg.packing: return [list(range(i, min(i + 64, len(feats)))) for i in range(0, len(feats), 64)]
     order = sorted(range(len(feats)), key=lambda i: -len(feats[i]['input_ids']))
     return [[order[j] for j in mb.indices] for mb in micro_batches([feats[i] for i in order], max_tokens=run.tokens)]
 
-
+# %% ../nbs/03ad_evaluation.ipynb #7a52f8a2
 @torch.no_grad()
 def _example_outputs(model, feats: list[dict], run: RunContext) -> list:
     "The model's output for each of `feats`, in their order, as fp32 on the CPU (span heads: a (start, end) pair)."
@@ -84,17 +84,17 @@ def _example_outputs(model, feats: list[dict], run: RunContext) -> list:
         for i, *o in zip(group, *parts): outs[i] = tuple(o) if len(o) > 1 else o[0]
     return outs
 
-
+# %% ../nbs/03ad_evaluation.ipynb #422ccb36
 def _mean_of(scores_i: list[float], **others) -> dict:
     return dict(score=float(np.mean(scores_i)) if scores_i else 0.0, scores_i=[float(s) for s in scores_i], **others)
 
-
+# %% ../nbs/03ad_evaluation.ipynb #7cff8bfb
 def _eval_sequence(task, model, examples, run: RunContext) -> dict:
     feats = run.features('sequence', examples, lambda: encode_sequence(examples, run.tok, run.max_length, run.cfg.special_tokens))
     preds = torch.stack(_example_outputs(model, feats, run)).argmax(-1)
     return _mean_of((preds == torch.tensor([e['label'] for e in examples])).float().tolist())
 
-
+# %% ../nbs/03ad_evaluation.ipynb #54e6709f
 def _word_predictions(feature, pred, majority: bool) -> dict:
     "Word -> predicted tag: the majority of its sub-tokens (EncodEval), or its first sub-token (earlier mlmclm)."
     votes = {}
@@ -102,7 +102,7 @@ def _word_predictions(feature, pred, majority: bool) -> dict:
         if w >= 0: votes.setdefault(w, []).append(int(pred[k]))
     return {w: majority_tag(v) if majority else v[0] for w, v in votes.items()}
 
-
+# %% ../nbs/03ad_evaluation.ipynb #1e72f5d1
 def _tagging(task, model, examples, run: RunContext, what: str, label_all: bool) -> dict:
     "Tagging scores of `encode_tokens(label_all=...)` features: per-sentence macro-F1 (`scores_i`) and the corpus entity F1."
     feats = run.features(what, examples, lambda: encode_tokens(examples, run.tok, run.max_length, run.cfg.special_tokens,
@@ -115,24 +115,24 @@ def _tagging(task, model, examples, run: RunContext, what: str, label_all: bool)
     entity = entity_f1([[task.labels[i] for i in s] for s in true], [[task.labels[i] for i in s] for s in pred])
     return _mean_of(sentence, sentence_f1=float(np.mean(sentence)) if sentence else 0.0, entity_f1=entity)
 
-
+# %% ../nbs/03ad_evaluation.ipynb #27d72607
 def _eval_token(task, model, examples, run: RunContext) -> dict:
     "EncodEval's tagging: every sub-token labelled, a word's prediction the majority vote; the mean per-sentence macro-F1."
     return _tagging(task, model, examples, run, 'token', label_all=True)
 
-
+# %% ../nbs/03ad_evaluation.ipynb #0497ba8e
 def _eval_first_token(task, model, examples, run: RunContext) -> dict:
     "`tc_mode='seqeval'` (earlier mlmclm): first sub-tokens only; the score is the corpus entity F1, not the mean of `scores_i`."
     out = _tagging(task, model, examples, run, 'first_token', label_all=False)
     return dict(out, score=out['entity_f1'])
 
-
+# %% ../nbs/03ad_evaluation.ipynb #4af64862
 def _predicted_text(positions: list[int], offsets: list, context: str) -> str:
     "The context text from the first to the last predicted answer token ('' when none is in the context)."
     spans = [offsets[k] for k in positions if offsets[k] is not None and offsets[k][1] > offsets[k][0]]
     return context[min(b for b, _ in spans):max(e for _, e in spans)] if spans else ''
 
-
+# %% ../nbs/03ad_evaluation.ipynb #075a193b
 def _eval_answer_tokens(task, model, examples, run: RunContext) -> dict:
     "EncodEval's QA score (position-set F1), with SQuAD F1 and exact match of the predicted span as second metrics."
     feats = run.features('answer_tokens', examples,
@@ -146,7 +146,7 @@ def _eval_answer_tokens(task, model, examples, run: RunContext) -> dict:
     return _mean_of(f1s, token_f1=float(np.mean(f1s)), squad_f1=float(np.mean([squad_f1(t, g) for t, g in zip(texts, golds)])),
                     exact_match=float(np.mean([squad_em(t, g) for t, g in zip(texts, golds)])))
 
-
+# %% ../nbs/03ad_evaluation.ipynb #a238769a
 def _best_span(f, start, end, context: str, allow_null: bool) -> tuple[float, str] | None:
     "The best answer of one window: (score, text); the empty answer when null wins (SQuAD v2) or nothing fits."
     ctx = [k for k, o in enumerate(f['offsets']) if o is not None]
@@ -159,7 +159,7 @@ def _best_span(f, start, end, context: str, allow_null: bool) -> tuple[float, st
     if allow_null and null > score: return (null, '')
     return (score, context[f['offsets'][a][0]:f['offsets'][b][1]])
 
-
+# %% ../nbs/03ad_evaluation.ipynb #ec81dd70
 def _eval_span(task, model, examples, run: RunContext) -> dict:
     "`qa_mode='squad'`: the best span over every window of an example; SQuAD F1 and exact match over all gold answers."
     feats = run.features('span', examples, lambda: encode_spans(examples, run.tok, run.max_length, run.cfg.special_tokens))
@@ -173,7 +173,7 @@ def _eval_span(task, model, examples, run: RunContext) -> dict:
     f1s = [squad_f1(p, g) for p, g in zip(preds, golds)]
     return _mean_of(f1s, squad_f1=float(np.mean(f1s)), exact_match=float(np.mean([squad_em(p, g) for p, g in zip(preds, golds)])))
 
-
+# %% ../nbs/03ad_evaluation.ipynb #b0522f24
 def top_k_cosine(q: torch.Tensor,   # (n_queries, dim) unit vectors
                  d: torch.Tensor,   # (n_docs, dim) unit vectors
                  k: int,            # how many documents per query
@@ -194,7 +194,7 @@ def top_k_cosine(q: torch.Tensor,   # (n_queries, dim) unit vectors
         values.append(best_v.cpu()); indices.append(best_i.cpu())
     return torch.cat(values), torch.cat(indices)
 
-
+# %% ../nbs/03ad_evaluation.ipynb #d453c01b
 def _eval_embedding(task, model, examples, run: RunContext) -> dict:
     "Embed the queries and the corpus, rank by cosine, NDCG@10 per query in both forms (the score: `ndcg_mode`'s)."
     qids, dids = list(examples['queries']), list(examples['corpus'])
@@ -214,12 +214,12 @@ def _eval_embedding(task, model, examples, run: RunContext) -> dict:
 # %% ../nbs/03ad_evaluation.ipynb #ed870538
 def _classes(task: Task) -> int: return max(2, len(task.labels))   # a logit per class or tag name, at least two
 
-
+# %% ../nbs/03ad_evaluation.ipynb #b9b35eef
 def _encoder(encode: Callable, **options) -> Callable:
     "(examples, run) -> features: `encode` with the run's tokenizer, token limit and special tokens."
     return lambda examples, run: encode(examples, run.tok, run.max_length, run.cfg.special_tokens, **options)
 
-
+# %% ../nbs/03ad_evaluation.ipynb #f745f0b8
 @dataclass(frozen=True)
 class HeadKind:
     "One head kind, whole: its head, how examples become features, its classes, its evaluation, and its earlier form."
@@ -235,7 +235,7 @@ class HeadKind:
     @property
     def training(self) -> HeadLoss: return HEAD_LOSSES[self.head]   # its loss, and whether batches are pairs
 
-
+# %% ../nbs/03ad_evaluation.ipynb #793d9ec5
 KINDS = {
     'sequence': HeadKind('sequence', _encoder(encode_sequence), _eval_sequence),
     'token': HeadKind('token', _encoder(encode_tokens), _eval_token, earlier=('tc_mode', 'seqeval', 'first_token')),
@@ -245,13 +245,13 @@ KINDS = {
     'span': HeadKind('span', _encoder(encode_spans), _eval_span),
     'embedding': HeadKind('embedding', _encoder(encode_pairs), _eval_embedding)}
 
-
+# %% ../nbs/03ad_evaluation.ipynb #0c4e17c0
 def head_kind(task: Task, cfg: FinetuneConfig) -> str:
     "The `KINDS` row `task` trains with: its own (`task.kind`), or the earlier one its row's option swaps in."
     earlier = KINDS[task.kind].earlier
     return earlier[2] if earlier and getattr(cfg, earlier[0]) == earlier[1] else task.kind
 
-
+# %% ../nbs/03ad_evaluation.ipynb #acbe2d5f
 @torch.no_grad()
 def evaluate(task: Task, model, examples, run: RunContext) -> dict:
     "The task's score on `examples` (fraction), its per-example scores and its second metrics."

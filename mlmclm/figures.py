@@ -32,7 +32,7 @@ def is_released_name(name: str) -> bool:
     try: parse_run_name(name); return True
     except ValueError: return False
 
-
+# %% ../nbs/05_figures.ipynb #bdf29d59
 def recorded_meta(name: str,          # a checkpoint name that is not a released name
                   rows: pd.DataFrame,  # results rows: those of `name` carry its pretraining record (`pretrain_*`)
                  ) -> dict | None:
@@ -59,7 +59,7 @@ def recorded_meta(name: str,          # a checkpoint name that is not a released
                 clm_share=clm / total if not cpt else float('nan'), cpt_from=None, cpt_steps=total if cpt else 0,
                 step=step, intermediate=step < total)
 
-
+# %% ../nbs/05_figures.ipynb #fc665f48
 def checkpoint_meta(names,                          # checkpoint names
                     rows: pd.DataFrame | None = None,  # results rows: the pretraining record of names not released
                    ) -> pd.DataFrame:
@@ -94,17 +94,17 @@ def setup_style():
                          'legend.fontsize': 8, 'xtick.labelsize': 8, 'ytick.labelsize': 8, 'svg.hashsalt': 'mlmclm',
                          'pdf.compression': 6})
 
-
+# %% ../nbs/05_figures.ipynb #557074a5
 def scale_note(scale: str) -> str:
     return {'demo': 'demo scale: tiny model, embedded stand-in tasks (not comparable to the paper)',
             'paper': 'paper scale', 'authors': "paper scale: the authors' published runs (hgissbkh/EncodEval)"}.get(scale, scale)
 
-
+# %% ../nbs/05_figures.ipynb #5867956d
 def panel_row(n: int = 4, width: float = 8.0, height: float = 2.3):
     fig, axes = plt.subplots(1, n, figsize=(width, height), squeeze=False)
     return fig, axes[0]
 
-
+# %% ../nbs/05_figures.ipynb #b3136974
 def _paper_points(ax, ref: pd.DataFrame, x: str,
                   kind: str = 'kind',     # the column of `ref` holding each row's kind (a key of PAPER_MARKERS)
                   labels: dict | None = None,  # kind -> legend text (default KIND_LABELS)
@@ -114,18 +114,18 @@ def _paper_points(ax, ref: pd.DataFrame, x: str,
         ax.scatter(g[x], g['score'], marker=PAPER_MARKERS[k], edgecolors=KIND_COLORS[k],
                    label=f"paper: {(labels or KIND_LABELS)[k]}", **PAPER_MARKER)
 
-
+# %% ../nbs/05_figures.ipynb #56ee0940
 def _interval(df: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     "(low, high) of `df`'s 95% intervals (percent) as drawn: clipped to 0-100."
     return df.ci_low.clip(0, 100), df.ci_high.clip(0, 100)
 
-
+# %% ../nbs/05_figures.ipynb #54e55669
 def _yerr(df: pd.DataFrame) -> list:
     "Error-bar lengths below and above `df.score` for its clipped interval."
     lo, hi = _interval(df)
     return [df.score - lo, hi - df.score]
 
-
+# %% ../nbs/05_figures.ipynb #6dd85594
 def _drawn(ax, paper: bool = True) -> bool:
     """Whether a panel shows any data: a line or marker with a finite value, a bar of finite height, or a band;
     with `paper=False`, any of ours (the paper's markers, labelled 'paper: ...', left aside)."""
@@ -136,7 +136,7 @@ def _drawn(ax, paper: bool = True) -> bool:
                        any(np.isfinite(p.vertices).all(axis=1).any() for p in c.get_paths()))
     return any(shows(c) for c in ax.collections if paper or not str(c.get_label()).startswith('paper: '))
 
-
+# %% ../nbs/05_figures.ipynb #f7318736
 def finish_panels(fig, axes, title: str, scale: str, xlabel: str, ylabel: str = 'score (%)'):
     for ax, fam in zip(axes, FAMILIES):
         if not _drawn(ax):   # nothing of ours or the paper's here: say so, with no axes pretending to a range
@@ -162,7 +162,7 @@ def finish_panels(fig, axes, title: str, scale: str, xlabel: str, ylabel: str = 
     if labels: fig.legend([entries[l] for l in labels], labels, loc='upper center', ncol=min(len(labels), 4),
                           frameon=False, bbox_to_anchor=(0.5, y - 0.01))   # outside the figure: saved with bbox 'tight'
 
-
+# %% ../nbs/05_figures.ipynb #dea757f0
 def _below(fig, artists) -> float:
     "The height (figure fraction) just below everything `artists` draw, tick labels included."
     renderer = fig.canvas.get_renderer()
@@ -195,30 +195,37 @@ def fig_overview(scale: str = 'paper'):
 # %% ../nbs/05_figures.ipynb #beabf0ec
 def final_models(df): return df[~df.intermediate.astype(bool)]
 
+# %% ../nbs/05_figures.ipynb #01f2354a
 def _ratio_is(df, ratio=0.4): return np.isclose(df.mask_ratio.astype(float), ratio)
 
+# %% ../nbs/05_figures.ipynb #27c0ec44
 def _mlm_at(df, ratio=0.4): return (df.kind == 'mlm') & _ratio_is(df, ratio)
 
+# %% ../nbs/05_figures.ipynb #f74a3a70
 def _units(df) -> pd.Series:
     "Each row's step units: 'paper' (a released name; the paper's numbers) or 'own' (a run of ours named by its config)."
     return df['units'] if 'units' in df else pd.Series('paper', index=df.index)
 
+# %% ../nbs/05_figures.ipynb #76f6d9dc
 def own_units(df) -> pd.Series: return _units(df).eq('own')
 
+# %% ../nbs/05_figures.ipynb #3d04c8ad
 def full_budget(df) -> pd.Series:
     "A run's whole budget: the paper's 42k steps, or all of an own run's steps (the paper's 12k/22k are shorter ones)."
     return (df.budget == FULL_BUDGET) | own_units(df)
 
+# %% ../nbs/05_figures.ipynb #ef5959b1
 def _slot(df) -> pd.Series:
     "Where a model sits on a per-size axis: its size, or an own run's size and budget in its own steps ('tiny\\n336 steps')."
     return df['size'].where(~own_units(df), df['size'] + '\n' + df.budget.astype(str) + ' steps')
 
+# %% ../nbs/05_figures.ipynb #f3833a1e
 def _pure(df, ratio=0.4):
     "Final CLM and MLM-`ratio` models of the full budget (the paper's 12k/22k ones belong to Figure 6)."
     df = final_models(df)
     return df[((df.kind == 'clm') | _mlm_at(df, ratio)) & full_budget(df)]
 
-
+# %% ../nbs/05_figures.ipynb #8f1473f1
 def absent(scores: pd.DataFrame,  # every family score of the store (`study_scores`)
            paper: pd.DataFrame,   # the rows of the paper's numbers a panel draws
            family: str) -> str:
@@ -230,14 +237,14 @@ def absent(scores: pd.DataFrame,  # every family score of the store (`study_scor
     if not lack: return ''
     return '\n'.join(['not in the store:'] + lack[:2] + ([f'(+{len(lack) - 2} more)'] if len(lack) > 2 else []))
 
-
+# %% ../nbs/05_figures.ipynb #2ff60cc2
 def _note(ax, text: str, y: float = 0.03):
     "Say in the panel what it lacks: small grey text on a white box, over the bands and under the points."
     if text: ax.text(0.5, y, text, transform=ax.transAxes, ha='center', va='bottom' if y < 0.5 else 'top', fontsize=5.5,
                      color='dimgrey', zorder=1.8, linespacing=1.1,
                      bbox=dict(boxstyle='round,pad=0.2', facecolor='white', edgecolor='none', alpha=0.85))
 
-
+# %% ../nbs/05_figures.ipynb #0f0ad635
 def fig_mlm_vs_clm(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     ours = _pure(scores); paper = _pure(ref)
     ours = ours.assign(slot=_slot(ours)).drop_duplicates(['slot', 'kind', 'family'])   # an own run: its own slot
@@ -264,7 +271,7 @@ def _mask_ratio_rows(df):
     df = final_models(df)
     return df[(df.kind == 'mlm') & full_budget(df)]
 
-
+# %% ../nbs/05_figures.ipynb #bcb85225
 # one colour per model size, ours and the paper's alike (Figure 3 draws several sizes of one kind); own runs after
 SIZE_COLORS = dict(zip(SIZE_ORDER, [sns.color_palette('colorblind', 10)[i] for i in (4, 5, 2, 7)]))   # purple, brown, green, grey
 
@@ -306,7 +313,7 @@ def _trajectory(df, ratio=0.4, units: str | None = None):
     df = df[df['size'].isin(has_inter)] if has_inter else df[full_budget(df) & ~df.intermediate.astype(bool)]
     return df[df.budget == df.budget.max()] if len(df) else df
 
-
+# %% ../nbs/05_figures.ipynb #76114324
 def fig_data_efficiency(scores: pd.DataFrame, ref: pd.DataFrame, scale: str, flops_per_step=None):
     "Score vs step; with `flops_per_step(size, kind)` the x axis is training FLOPs instead."
     ours, paper = _trajectory(scores, units='paper' if flops_per_step else None), _trajectory(ref)
@@ -335,7 +342,7 @@ def fig_data_efficiency(scores: pd.DataFrame, ref: pd.DataFrame, scale: str, flo
             'pretraining step (k, paper units)')
     return fig
 
-
+# %% ../nbs/05_figures.ipynb #50ad8bf7
 def _log_axes(axes):
     """Log x axes with one range (the same models, so the same FLOPs) and short labels ('2e17') that do not overlap:
     at powers of ten, and at 2 and 5 times them where the range spans less than a decade."""
@@ -350,7 +357,7 @@ def _log_axes(axes):
         ax.xaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f'{v:.0e}'.replace('e+', 'e')))
         ax.xaxis.set_minor_formatter(mticker.NullFormatter())
 
-
+# %% ../nbs/05_figures.ipynb #1b3ce079
 @functools.lru_cache(maxsize=None)
 def paper_flops_per_step(size: str,  # a model size of `mlmclm.sizes.MODEL_SIZES`
                          kind: str,  # a pure run's kind: an objective of `mlmclm.vocab.OBJECTIVES` ('clm', 'mlm')
@@ -380,7 +387,7 @@ def _late_switch(df):
     "E6's design: CLM for more than 90% of the budget, then a short MLM tail (`610m-clm-40k-mlm20-42k`)."
     return (df.kind == 'biphasic') & (df.clm_share.astype(float) > 0.9)
 
-
+# %% ../nbs/05_figures.ipynb #6469e217
 def fixed_budget_rows(df, size=None):
     """Figure 6's models: CLM-then-MLM-40 splits (E6's late switches excluded) and the pure CLM and MLM-40 models of
     the same size and budgets, the 100% and 0% ends of each line. One size: `size`, else the one with most splits."""
@@ -399,13 +406,12 @@ def fixed_budget_rows(df, size=None):
     ends = df[((df.kind == 'clm') | _mlm_at(df)) & pd.Series([k in budgets for k in zip(_units(df), df.budget)], index=df.index, dtype=bool)]
     return pd.concat([bi, ends])[lambda d: d['size'] == size], size
 
-
+# %% ../nbs/05_figures.ipynb #fb2c9e51
 def budget_label(units: str, budget: int) -> str:
     "'42k steps' in the paper's units; an own run's budget in its own steps: '336 steps (own units)'."
     return f'{budget // 1000}k steps' if units == 'paper' else f'{budget} steps (own units)'
 
-
-
+# %% ../nbs/05_figures.ipynb #de74834f
 def fig_biphasic(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     ours, size = fixed_budget_rows(scores)
     paper, _ = fixed_budget_rows(ref, size)
@@ -434,7 +440,7 @@ def _ratio_after_clm_rows(df):
     sizes, budgets = (set(after['size']), set(after.budget)) if len(after) else (set(df['size']), {FULL_BUDGET})
     return after, df[(df.kind == 'mlm') & df['size'].isin(sizes) & df.budget.isin(budgets)]
 
-
+# %% ../nbs/05_figures.ipynb #ca62851a
 def fig_ratio_after_clm(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     after, pure = _ratio_after_clm_rows(scores)
     fig, axes = panel_row()
@@ -459,18 +465,18 @@ def _cpt_points(df):
     base = base.assign(cpt_from=base.condition)
     return pd.concat([base, cpt])
 
-
+# %% ../nbs/05_figures.ipynb #b5db5699
 def _start_kind(start: str) -> str:
     "'clm' or 'mlm': the objective of a CPT run's starting model (its condition, e.g. 'mlm40-42k')."
     return phase_of_label(start.split('-')[0], 1).objective
 
-
+# %% ../nbs/05_figures.ipynb #43d3f257
 def _start_label(start: str) -> str:
     "The legend text of a CPT start, the same in Figures 8 and 9: 'from CLM', 'from MLM-40'."
     p = phase_of_label(start.split('-')[0], 1)
     return 'from ' + OBJECTIVES[p.objective].legend(p.mask_ratio)
 
-
+# %% ../nbs/05_figures.ipynb #d73eb404
 def fig_cpt(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     ours, paper = _cpt_points(scores), _cpt_points(ref)
     fig, axes = panel_row()
@@ -487,7 +493,7 @@ def fig_cpt(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     finish_panels(fig, axes, 'Figure 8: continued MLM pretraining from decayed CLM and MLM models', scale, 'CPT steps (k, paper units)')
     return fig
 
-
+# %% ../nbs/05_figures.ipynb #59e48c7b
 def fig_cpt_loss(loss: pd.DataFrame, scale: str):
     """MLM loss of the CPT runs against their CPT step in the paper's units, labelled as in Figure 8: the held-out
     loss where the runs record one (`heldout_loss`, the fixed held-out rows of `02_pretrain`), else the per-batch

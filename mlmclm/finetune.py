@@ -17,7 +17,8 @@ import torch
 from .core import (ConfigError, atomic_path, atomic_write_json, config_hash, pick_device, pick_dtype,
                          project_root, read_json, seed_everything, write_run_record)
 from .claims import LEASE_S
-from .vocab import ADAMW, FINETUNE, FINETUNE_OPTIONS, PROTOCOL_AXES
+from .vocab import ADAMW
+from .finetune_protocol import FINETUNE, FINETUNE_OPTIONS, PROTOCOL_AXES
 from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir, sweep_settings
 from .model import TaskModel, Transformer, build_model, compile_blocks, default_backend
 from .checkpoints import check_checkpoint, check_finite_weights, load, save
@@ -49,13 +50,13 @@ def check_finetune_config(cfg: FinetuneConfig) -> tuple[list[str], list[float], 
         raise ConfigError(f'batch_size={cfg.batch_size} must be a multiple of micro_batch_size={cfg.micro_batch_size}')
     return tasks, lrs, seeds
 
-
+# %% ../nbs/03b_finetune.ipynb #cd6da61f
 def resolve_precision(precision: str, device) -> str:
     "'auto': pure bf16 where the device has bf16 (as the authors train), else fp32; any other value as given."
     if precision != 'auto': return precision
     return 'pure_bf16' if pick_dtype(device) == torch.bfloat16 else 'fp32'
 
-
+# %% ../nbs/03b_finetune.ipynb #318ab412
 def train_steps(task: str, n_train: int, cfg: FinetuneConfig) -> int:
     """Optimizer steps: one epoch of full batches for the tasks the authors train one epoch (`max_steps: -1` in their
     CoNLL and UNER configs), else at most 1,000 and one epoch; `cfg.max_steps` caps both."""
@@ -63,7 +64,7 @@ def train_steps(task: str, n_train: int, cfg: FinetuneConfig) -> int:
     steps = epoch if task in FINETUNE.epoch_tasks else min(FINETUNE.max_steps, epoch)
     return min(steps, cfg.max_steps) if cfg.max_steps else steps
 
-
+# %% ../nbs/03b_finetune.ipynb #ad555e5d
 def warmup_steps(steps: int,
                  warmup: str = 'ceil',   # the option `warmup`: 'ceil', or 'round' (earlier mlmclm)
                 ) -> int:
@@ -81,7 +82,7 @@ def _activation_bytes(config: ModelConfig, bf16: bool, checkpointed: bool = Fals
     try: return stored_activation_bytes(config, bf16, checkpointed, compiled)
     except ConfigError: return activation_bytes(config, bf16, checkpointed)
 
-
+# %% ../nbs/03b_finetune.ipynb #007b815a
 def finetune_memory(config: ModelConfig,  # the checkpoint's shape (`base.config`)
                     precision: str,       # resolved: 'pure_bf16', 'amp_bf16' or 'fp32'
                     backend: str,         # the attention kernel of the packed passes (`packed_layout`)
@@ -99,7 +100,7 @@ def finetune_memory(config: ModelConfig,  # the checkpoint's shape (`base.config
                           compiled=False)   # eager blocks' figure: an upper bound where they are compiled
     return dict(state=state / GIB, per_token=one['activations_gib'], parameters=params)
 
-
+# %% ../nbs/03b_finetune.ipynb #b5009034
 def token_budget(device: torch.device,  # where the run trains
                  max_length: int,       # the longest input of the run
                  config: ModelConfig | None = None,  # the checkpoint's shape; None: the largest named size's
@@ -125,7 +126,7 @@ def token_budget(device: torch.device,  # where the run trains
             f"max_length, or a larger GPU")
     return max(tokens // 1024 * 1024, max_length)
 
-
+# %% ../nbs/03b_finetune.ipynb #7a7d447c
 def packed_layout(device: torch.device,  # where the run trains
                   max_length: int,       # the longest input of the run
                   precision: str,        # the run's resolved precision: 'fp32' computes in fp32, the bf16 modes in bf16
@@ -149,7 +150,7 @@ def _load_base(cfg: FinetuneConfig):
     else: tok = load_tokenizer(cfg.checkpoint)   # a hub id: its own tokenizer
     return load(cfg.checkpoint), tok
 
-
+# %% ../nbs/03b_finetune.ipynb #894ea81e
 def cap_eval(examples, n: int | None):
     "The first `n` evaluation examples; for retrieval, the first `n` queries and the documents of their qrels."
     if n is None: return examples
@@ -159,18 +160,18 @@ def cap_eval(examples, n: int | None):
     return dict(queries={q: examples['queries'][q] for q in qids}, qrels={q: examples['qrels'][q] for q in qids},
                 corpus={d: t for d, t in examples['corpus'].items() if d in docs})
 
-
+# %% ../nbs/03b_finetune.ipynb #d3fdef4a
 def task_model(base, kind: HeadKind, task: Task, cfg: FinetuneConfig) -> TaskModel:
     "A fresh head on a copy of `base`, with the run's attention and pooling."
     return TaskModel(copy.deepcopy(base), kind.head, kind.num_labels(task), is_causal=cfg.attention == 'causal',
                      pooling=cfg.pooling)
 
-
+# %% ../nbs/03b_finetune.ipynb #3c210e65
 def compiled(run: RunContext) -> bool:
     "Whether the run's blocks are compiled: `compile` as given; None: on CUDA (where it pays), off elsewhere."
     return run.cfg.compile if run.cfg.compile is not None else run.device.type == 'cuda'
 
-
+# %% ../nbs/03b_finetune.ipynb #f7f3b6ad
 def run_model(base, kind: HeadKind, task: Task, run: RunContext) -> TaskModel:
     """The model `finetune_run` trains: `task_model` on the run's device, with its attention backend and number format,
     its blocks compiled when `compiled(run)`."""
@@ -180,7 +181,7 @@ def run_model(base, kind: HeadKind, task: Task, run: RunContext) -> TaskModel:
     if compiled(run): compile_blocks(model, dynamic=True)   # packed passes vary in length: one graph for all of them
     return model
 
-
+# %% ../nbs/03b_finetune.ipynb #a8476cc1
 def optimizer(model, lr: float, steps: int,
               warmup: int,   # steps of linear warmup (`warmup_steps`)
               device,        # where the model is: AdamW's fused kernel on a GPU
@@ -190,13 +191,13 @@ def optimizer(model, lr: float, steps: int,
     opt = adamw(model, lr, fused=torch.device(device).type == 'cuda')
     return opt, get_linear_schedule_with_warmup(opt, num_warmup_steps=warmup, num_training_steps=steps)
 
-
+# %% ../nbs/03b_finetune.ipynb #e25eca95
 def optimizer_step(model, opt, sched) -> None:
     "Apply the accumulated gradient: clip its norm to `ADAMW.grad_clip`, step the optimizer and the schedule, clear it."
     torch.nn.utils.clip_grad_norm_(model.parameters(), ADAMW.grad_clip)
     opt.step(); sched.step(); opt.zero_grad(set_to_none=True)
 
-
+# %% ../nbs/03b_finetune.ipynb #8335e732
 def train_step(model, kind: HeadKind, batch: list[dict], run: RunContext, opt, sched) -> torch.Tensor:
     """One optimizer step on one batch: its gradient accumulated micro-batch by micro-batch, then applied; its loss,
     a 0-d tensor on the run's device (reading it would make the host wait for the device: `_train` reads them in bulk)."""
@@ -206,11 +207,11 @@ def train_step(model, kind: HeadKind, batch: list[dict], run: RunContext, opt, s
     optimizer_step(model, opt, sched)
     return loss
 
-
+# %% ../nbs/03b_finetune.ipynb #32d35b58
 def _scores(eval_tasks, model, data, split, run: RunContext) -> list[dict]:
     return [evaluate(t, model, cap_eval(data[t.name][split], run.cfg.max_eval_examples), run) for t in eval_tasks]
 
-
+# %% ../nbs/03b_finetune.ipynb #ca533fa3
 def _read_losses(pending: list, losses: list, lrs: list, steps: int) -> None:
     """Move the losses of the steps since the last read from the device (one wait for all of them) onto `losses`;
     a non-finite one stops the run, as pretraining does: a diverged run never scores or stores."""
@@ -222,7 +223,7 @@ def _read_losses(pending: list, losses: list, lrs: list, steps: int) -> None:
             raise FloatingPointError(f"fine-tuning loss is {v} at step {first + k + 1} of {steps} (learning rate "
                                      f"{lrs[first + k]:.3g} there): the run diverged and is stopped")
 
-
+# %% ../nbs/03b_finetune.ipynb #7e224015
 def _train(model, kind, feats, steps, opt, sched, seed, run: RunContext, eval_tasks, data, losses: list) -> dict:
     """Train `steps` steps in a seeded order; the facts of the weights kept: none for the final weights, or with
     `select_step='best'` (earlier mlmclm) the step of the best validation score, whose weights are restored."""
@@ -241,7 +242,7 @@ def _train(model, kind, feats, steps, opt, sched, seed, run: RunContext, eval_ta
     if best[2] is not None: model.load_state_dict(best[2])
     return {'best_step': best[1]}
 
-
+# %% ../nbs/03b_finetune.ipynb #2fcc3566
 def _result_rows(eval_tasks, val, test, run: RunContext, **facts) -> list[dict]:
     "One row per evaluated task: scores, per-example scores, second metrics, the protocol options and `facts`."
     # `precision` as asked (part of the run's identity), `precision_used` as it resolved on this device
@@ -254,7 +255,7 @@ def _result_rows(eval_tasks, val, test, run: RunContext, **facts) -> list[dict]:
         rows.append(row)
     return rows
 
-
+# %% ../nbs/03b_finetune.ipynb #0c528e50
 def _run_context(task: Task, tok, cfg: FinetuneConfig,
                  config: ModelConfig | None = None,   # the checkpoint's shape: what `token_budget` sizes a GPU's passes for
                 ) -> RunContext:
@@ -265,7 +266,7 @@ def _run_context(task: Task, tok, cfg: FinetuneConfig,
     tokens = (cfg.micro_batch_tokens or token_budget(device, max_length, config, precision, backend)) if cfg.packing else None
     return RunContext(tok, max_length, device, precision, cfg, tokens, rows, backend, feature_cache_dir(cfg, create=True))
 
-
+# %% ../nbs/03b_finetune.ipynb #0362a148
 def dataset_revision(data: dict,       # task name -> its examples, with the `revision` it was loaded at (when known)
                      train: Task,      # the task the run trains on
                      evaluated: Task,  # the row's dataset
@@ -277,7 +278,7 @@ def dataset_revision(data: dict,       # task name -> its examples, with the `re
     other = data[train.name].get('revision')
     return None if own is None and other is None else f'{own};train {train.name}={other}'
 
-
+# %% ../nbs/03b_finetune.ipynb #ed75a419
 def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: float, seed: int,
                  cfg: FinetuneConfig,
                  losses: list | None = None,   # each step's training loss is appended here when given
@@ -335,7 +336,7 @@ def _checkpoint_meta(cfg: FinetuneConfig) -> dict:
     keep = ('run_id', 'step', 'objective', 'mask_ratio', 'schedule', 'phases', 'tokens_seen', 'init_from', 'seed')
     return {f'pretrain_{k}': meta.get(k) for k in keep if k in meta}
 
-
+# %% ../nbs/03b_finetune.ipynb #475c0c91
 def recorded_name(cfg: FinetuneConfig) -> str:
     "The checkpoint's name in the results: the one given, else its pretraining run and step (each checkpoint its own)."
     if cfg.checkpoint_name: return cfg.checkpoint_name
@@ -344,14 +345,14 @@ def recorded_name(cfg: FinetuneConfig) -> str:
     if not meta.get('run_id'): return folder.name
     return f"{meta['run_id']}-step-{meta['step']}" if meta.get('step') is not None else f"{meta['run_id']}-{folder.name}"
 
-
+# %% ../nbs/03b_finetune.ipynb #890ed10b
 def _base_model(cfg: FinetuneConfig):
     "The checkpoint and its tokenizer, refused if any weight is not finite."
     base, tok = _load_base(cfg)
     check_finite_weights(base.named_parameters(), 'checkpoint', cfg.checkpoint)
     return base, tok
 
-
+# %% ../nbs/03b_finetune.ipynb #eebaa2c1
 def _sweep_record(cfg: FinetuneConfig, results: Path, name: str, ident: str) -> dict:
     "Write the sweep's config record beside the store; the provenance every row of the sweep carries."
     from mlmclm import __version__   # also right in a source checkout that is not pip-installed
@@ -361,7 +362,7 @@ def _sweep_record(cfg: FinetuneConfig, results: Path, name: str, ident: str) -> 
                      checkpoint_id=ident)
     return meta
 
-
+# %% ../nbs/03b_finetune.ipynb #18be9a6b
 def _load_recorded(name: str, cfg: FinetuneConfig, results: Path, meta: dict) -> dict:
     """The examples of task `name` at its pinned revisions, with the `revision` loaded; that revision is also added
     to the sweep's config record (`dataset_revisions`), beside what other workers of the same config loaded."""
@@ -372,7 +373,7 @@ def _load_recorded(name: str, cfg: FinetuneConfig, results: Path, meta: dict) ->
     atomic_write_json(record, run)
     return dict(examples, revision=revision)
 
-
+# %% ../nbs/03b_finetune.ipynb #0e1e69d5
 def finetune_sweep(cfg: FinetuneConfig,
                    force: str | None = None,  # re-run finished runs too; the reason is stored and the new rows supersede
                    lease_s: float = LEASE_S,  # a run claimed by a worker that is gone (or silent this long) is taken over

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .core import ConfigError, atomic_write_text, project_root, read_jsonl
 from .claims import HOST, LEASE_S, ClaimHeld
-from .vocab import PROTOCOL_AXES
+from .finetune_protocol import PROTOCOL_AXES
 from .runs import (FinetuneRun, PretrainRun, claim_status, finetune_config, grad_accum, pretrain_config,
                          work_claim_path)
 from .results import missing
@@ -53,7 +53,7 @@ def _same_merge(folder: Path, m: Merge) -> bool:
     return rec is not None and ([(p['checkpoint'], p['weight']) for p in rec['parents']] ==
                                 [(str(c), float(w)) for c, w in m.parents])
 
-
+# %% ../nbs/04a_launchers.ipynb #9a7e0c40
 def make_merge(m: Merge, root: Path) -> Path:
     "Merge `m` into the study folder unless it is there already (with the same parents and weights: else an error)."
     import shutil
@@ -69,7 +69,7 @@ def make_merge(m: Merge, root: Path) -> Path:
         if _same_merge(folder, m): return folder   # another launcher made it meanwhile
         raise
 
-
+# %% ../nbs/04a_launchers.ipynb #c9322179
 def make_merges(plan: StudyPlan, root: Path) -> list[Path]:
     "Every merge that `plan`'s evaluation points and runs need, made now where missing (the step before their use)."
     needed = dict.fromkeys([e.recorded_name for e in plan.evals if e.recorded_name in plan.merges] +
@@ -92,7 +92,7 @@ def accelerate_command(plan: StudyPlan, run: PlannedRun, root: Path, num_process
     return (f'accelerate launch {multi}--num_processes {world} --num_machines {num_machines} '
             f'{extra}-m mlmclm.pretrain run {args}').replace('  ', ' ')
 
-
+# %% ../nbs/04a_launchers.ipynb #0786c12a
 def slurm_nodes(partition: str | None = None) -> list[dict]:
     "The nodes Slurm offers (in `partition`, or all): name, CPUs, GPUs, memory in MB (`sinfo`)."
     cmd = ['sinfo', '-h', '-N', '-o', '%N|%c|%G|%m'] + (['-p', partition] if partition else [])
@@ -102,7 +102,7 @@ def slurm_nodes(partition: str | None = None) -> list[dict]:
     return [dict(name=n, cpus=int(c), gpus=gpus(g), mem_mb=int(m)) for n, c, g, m in
             (line.split('|') for line in sorted(set(out.split('\n'))) if line.count('|') == 3)]
 
-
+# %% ../nbs/04a_launchers.ipynb #4f31186e
 def refused(what: str, error: Exception, nodes: int = 1, gpus_per_node: int = 0, tasks_per_node: int = 1,
             cpus_per_task: int = 1, partition: str | None = None) -> ConfigError:
     "Slurm's refusal of a submission, with the numbers it does not name: what the job asks for, what the nodes have."
@@ -114,19 +114,19 @@ def refused(what: str, error: Exception, nodes: int = 1, gpus_per_node: int = 0,
                        f"{gpus_per_node} GPUs and {tasks_per_node} task(s) x {cpus_per_task} CPUs = "
                        f"{tasks_per_node * cpus_per_task} CPUs; {offer}")
 
-
+# %% ../nbs/04a_launchers.ipynb #015180e5
 def _job_params(point: StudyPlan, run: FinetuneRun, root: str, overrides: dict) -> dict:
     "The notebook parameters of one job: `run` of the one evaluation point of `point`, with `overrides`."
     return finetune_params(point, point.evals[0], Path(root), **overrides) | dict(
         tasks=','.join(run.datasets), lrs=str(run.lr), seeds=str(run.seed))
 
-
+# %% ../nbs/04a_launchers.ipynb #b1347283
 def _finetune_job(point: StudyPlan, run: FinetuneRun, root: str, overrides: dict) -> str:
     "Run one fine-tuning job (what a Slurm array task executes)."
     out = Path(root)/'notebooks'/f"finetune-{point.evals[0].name}-{run.train_task}-lr{run.lr:g}-sd{run.seed}.ipynb"
     return str(run_notebook('03b_finetune.ipynb', _job_params(point, run, root, overrides), out))
 
-
+# %% ../nbs/04a_launchers.ipynb #bb990f36
 def submit_finetune_array(plan: StudyPlan, root: Path, folder: Path, overrides: dict | None = None,
                           include_done: bool = False,  # also submit jobs whose rows are all in the store
                           **slurm) -> list:
@@ -186,7 +186,7 @@ class PretrainJob:
         import submitit
         return submitit.helpers.DelayedSubmission(PretrainJob(dict(self.params)))
 
-
+# %% ../nbs/04a_launchers.ipynb #af5d44e4
 def pretrain_job_specs(plan: StudyPlan, root: Path,
                        nodes: int = 1, gpus_per_node: int = 8,   # the job's size: one task per GPU
                        timeout_min: int = 24 * 60,              # Slurm's time limit; the job requeues itself at it
@@ -207,7 +207,7 @@ def pretrain_job_specs(plan: StudyPlan, root: Path,
         specs.append(dict(run=run.name, params=params, slurm=slurm, after=waits))
     return specs
 
-
+# %% ../nbs/04a_launchers.ipynb #84802485
 def submit_pretrain_jobs(plan: StudyPlan, root: Path, folder: Path, **sizes) -> list:
     "Submit `pretrain_job_specs(plan, root, **sizes)` to Slurm, each child after its parent's job; returns the jobs."
     import submitit
@@ -240,7 +240,7 @@ def finetune_params(plan: StudyPlan, e: EvalPoint, root: Path, **overrides) -> d
                                'plan has computed already; give it to the plan (a protocol cell, or finetune_overrides)')
     return p | plan.finetune_overrides | dict(e.protocol) | overrides
 
-
+# %% ../nbs/04a_launchers.ipynb #e9642321
 @contextlib.contextmanager
 def worker_env(threads: int | None = None,  # torch threads of the kernels started inside the block (None: unchanged)
                device: str | None = None,   # the one GPU they see (`CUDA_VISIBLE_DEVICES`; None: unchanged)
@@ -256,7 +256,7 @@ def worker_env(threads: int | None = None,  # torch threads of the kernels start
             if v is None: os.environ.pop(k, None)
             else: os.environ[k] = v
 
-
+# %% ../nbs/04a_launchers.ipynb #bde92fa9
 def visible_gpus() -> list[str]:
     "The GPUs this process may use, as `CUDA_VISIBLE_DEVICES` names them (none on a machine without CUDA)."
     import torch
@@ -264,7 +264,7 @@ def visible_gpus() -> list[str]:
     names = [d.strip() for d in os.environ.get('CUDA_VISIBLE_DEVICES', '').split(',') if d.strip()]
     return names[:n] if names else [str(i) for i in range(n)]
 
-
+# %% ../nbs/04a_launchers.ipynb #9699e026
 def finetune_workers(workers: int | None,  # None: one per GPU, else one on a machine without GPUs
                      gpus: list[str],      # `visible_gpus()`
                     ) -> list[str | None]:
@@ -276,7 +276,7 @@ def finetune_workers(workers: int | None,  # None: one per GPU, else one on a ma
                           f'fine-tuning worker needs its own GPU; use workers <= {len(gpus)}')
     return list(gpus[:workers]) if gpus else [None] * workers
 
-
+# %% ../nbs/04a_launchers.ipynb #530be540
 @contextlib.contextmanager
 def _step_bar(metrics: Path, total: int, desc: str, show: bool):
     "A bar of a pretraining run's steps, fed from its `metrics.jsonl` while the notebook trains it in another process."
@@ -294,7 +294,7 @@ def _step_bar(metrics: Path, total: int, desc: str, show: bool):
         if show: watcher.join()
         bar.close()
 
-
+# %% ../nbs/04a_launchers.ipynb #30e2ba54
 def _parent_in_other_hands(run: PlannedRun, root: Path,
                            params: dict,   # `run`'s notebook parameters (`pretrain_params`)
                           ) -> str | None:
@@ -303,7 +303,7 @@ def _parent_in_other_hands(run: PlannedRun, root: Path,
     if run.parent is None or start is None or Path(start).exists(): return None
     return run.parent if PretrainRun(run.parent, root).status() == 'running' else None
 
-
+# %% ../nbs/04a_launchers.ipynb #be2a7050
 def _run_pretraining(plan: StudyPlan, root: Path, run: PlannedRun, progress: bool = False) -> None:
     """Pretrain `run` through its notebook unless it is done, a live worker holds it (then that worker finishes it), or it
     starts from a checkpoint its parent, trained by another worker, has not reached yet (a later launcher runs it)."""
@@ -322,7 +322,7 @@ def _run_pretraining(plan: StudyPlan, root: Path, run: PlannedRun, progress: boo
         if getattr(e, 'ename', None) != ClaimHeld.__name__: raise
         out.unlink(missing_ok=True)
 
-
+# %% ../nbs/04a_launchers.ipynb #25fb0ab1
 def _run_item(plan: StudyPlan, root: Path, kind: str, item,
               tag: str = '',          # appended to the executed notebook's name (a helper's: its process id)
               progress: bool = False, # a bar of the steps of a pretraining run
@@ -334,7 +334,7 @@ def _run_item(plan: StudyPlan, root: Path, kind: str, item,
     # several workers may fine-tune one checkpoint at once: each claims its runs in the store
     run_notebook('03b_finetune.ipynb', finetune_params(plan, item, root), root/'notebooks'/f'finetune-{item.name}{tag}.ipynb')
 
-
+# %% ../nbs/04a_launchers.ipynb #843b26bd
 def _walk(plan: StudyPlan, root: Path, kind: str, items: list, progress: bool, tag: str = '') -> None:
     "`_run_item` on each of `items` in order, with a progress bar."
     from tqdm.auto import tqdm
@@ -342,13 +342,13 @@ def _walk(plan: StudyPlan, root: Path, kind: str, items: list, progress: bool, t
         bar.set_postfix_str(item.name)
         _run_item(plan, root, kind, item, tag, progress)
 
-
+# %% ../nbs/04a_launchers.ipynb #22f8e104
 def _finetune_helper(plan: StudyPlan, root: Path, threads: int | None, device: str | None) -> None:
     "A spawned worker of `launch`: walks the evaluation points quietly (the store's claims share the runs out)."
     with worker_env(threads, device):
         _walk(plan, root, 'finetune', plan.evals, progress=False, tag=f'-{os.getpid()}')
 
-
+# %% ../nbs/04a_launchers.ipynb #7ecdcee1
 def _finetune_stage(plan: StudyPlan, root: Path, progress: bool, devices: list) -> None:
     "Fine-tune every evaluation point with one worker per entry of `devices` (this process is the first)."
     threads = 1 if len(devices) > 1 and devices[0] is None else None   # CPU workers side by side: a thread each
@@ -360,7 +360,7 @@ def _finetune_stage(plan: StudyPlan, root: Path, progress: bool, devices: list) 
     failed = [h.exitcode for h in helpers if h.exitcode]
     if failed: raise RuntimeError(f'{len(failed)} fine-tuning worker(s) failed (exit codes {failed}); see the notebooks in {root/"notebooks"}')
 
-
+# %% ../nbs/04a_launchers.ipynb #066d925e
 def launch(plan: StudyPlan,                 # what to run (`select` a part first if you like)
            root: str | Path | None = None,  # the study folder; <project>/runs/study-<preset> by default
            stages: tuple = ('pretrain', 'finetune'),

@@ -46,7 +46,7 @@ class RMSNorm(nn.Module):
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
 
-
+# %% ../nbs/01_model.ipynb #74ab42b0
 class MLP(nn.Module):
     "SwiGLU: down(silu(gate(x)) * up(x))."
     def __init__(self, cfg: ModelConfig):
@@ -57,7 +57,7 @@ class MLP(nn.Module):
 
     def forward(self, x): return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
-
+# %% ../nbs/01_model.ipynb #564a1a16
 class Rotary(nn.Module):
     "cos/sin tables for RoPE at given positions."
     def __init__(self, cfg: ModelConfig):
@@ -76,12 +76,12 @@ class Rotary(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)                            # (B or 1, T, head_dim)
         return emb.cos() * self.scaling, emb.sin() * self.scaling
 
-
+# %% ../nbs/01_model.ipynb #f4ddb45d
 def rotate_half(x):
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
 
-
+# %% ../nbs/01_model.ipynb #dc01f168
 def apply_rope(x, cos, sin):                                  # x: (B, n_heads, T, head_dim); cos, sin: (B, T, head_dim)
     cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)  # (B, 1, T, head_dim)
     return x * cos + rotate_half(x) * sin
@@ -137,7 +137,7 @@ def varlen_layout(B: int, T: int,                              # batch rows, row
     cu_seqlens = torch.cat([first, first.new_tensor([starts.numel()])]).to(torch.int32)   # (n_docs + 1,)
     return dict(indices=indices, cu_seqlens=cu_seqlens, max_len=T)
 
-
+# %% ../nbs/01_model.ipynb #eaf42aaa
 def host_layout(attention_mask: torch.Tensor | None,  # (B, T) on the CPU: 1 real token, 0 padding
                 document_ids: torch.Tensor,           # (B, T) on the CPU: one id per packed document
                ) -> dict:
@@ -145,7 +145,7 @@ def host_layout(attention_mask: torch.Tensor | None,  # (B, T) on the CPU: 1 rea
     lay = varlen_layout(*document_ids.shape, attention_mask, document_ids)
     return dict(lay, max_len=int(lay['cu_seqlens'].diff().max()))
 
-
+# %% ../nbs/01_model.ipynb #b8ab494f
 def layout_of(batch: dict) -> dict | None:
     "The variable-length layout a collated batch carries (`cu_seqlens`, `max_seqlen`, `indices`), or None."
     if batch.get('cu_seqlens') is None or batch.get('document_ids') is None: return None
@@ -163,7 +163,7 @@ def reference_varlen(q, k, v, cu_seqlens, max_len, causal):
                                                   enable_gqa=ks.shape[0] != qs.shape[0]).transpose(0, 1))
     return torch.cat(out)                                                                  # (n_tokens, H, D)
 
-
+# %% ../nbs/01_model.ipynb #e6d54cf1
 def torch_varlen_kernel(varlen_attn):
     "PyTorch's varlen kernel in our calling convention; its keywords moved between releases (causality, GQA)."
     params = inspect.signature(varlen_attn).parameters
@@ -177,7 +177,7 @@ def torch_varlen_kernel(varlen_attn):
         return varlen_attn(q, k, v, cu, cu, max_len, max_len, **kw)
     return torch_varlen
 
-
+# %% ../nbs/01_model.ipynb #e69b4c77
 @functools.lru_cache(maxsize=None)
 def _varlen_kernels() -> tuple:
     "(kernel, its name, why flash-attn is not the kernel): found once per process."
@@ -197,14 +197,14 @@ def _varlen_kernels() -> tuple:
     except ImportError: return None, None, problem
     return torch_varlen_kernel(varlen_attn), f'torch.nn.attention.varlen.varlen_attn (torch {torch.__version__})', problem
 
-
+# %% ../nbs/01_model.ipynb #65b16f8a
 def varlen_kernel():
     """The fast variable-length attention kernel, `(q, k, v, cu_seqlens, max_len, causal) -> out` over flattened
     tokens (`(n, H, D)`, `(n, H_kv, D)`): flash-attn's when it imports, else PyTorch's own flash kernel
     (`torch.nn.attention.varlen`, CUDA); None when neither exists."""
     return _varlen_kernels()[0]
 
-
+# %% ../nbs/01_model.ipynb #bb3d3c99
 def attention_kernel(backend: str,   # the model's `attn_backend`
                      device,         # where it runs
                     ) -> dict:       # backend, kernel, flash_attn_problem (None when flash-attn runs)
@@ -215,7 +215,7 @@ def attention_kernel(backend: str,   # the model's `attn_backend`
     else: name = 'torch.nn.functional.scaled_dot_product_attention' if backend == 'sdpa' else 'eager (matmul + softmax)'
     return dict(backend=backend, kernel=name, flash_attn_problem=problem)
 
-
+# %% ../nbs/01_model.ipynb #c8bb85d4
 def default_backend(device,                       # where the model runs
                     dtype: torch.dtype | None = None,  # compute dtype; None: `pick_dtype(device)` (the trainer's)
                    ) -> str:
@@ -233,7 +233,7 @@ def _varlen(q, k, v, is_causal, layout, kernel):
     out = kernel(*flat, layout['cu_seqlens'], layout['max_len'], is_causal)                # (B*T, H, D)
     return out.view(B, T, *out.shape[1:])
 
-
+# %% ../nbs/01_model.ipynb #d4fa1009
 def sdpa_inputs(k, v, n_heads: int, masked: bool) -> tuple:
     "`(k, v, enable_gqa)` for SDPA: keys and values repeated per query head when a mask is given (see above)."
     n_kv = k.shape[1]                                                                     # k, v: (B, H_kv, T, D)
@@ -241,12 +241,12 @@ def sdpa_inputs(k, v, n_heads: int, masked: bool) -> tuple:
     if not masked: return k, v, True
     return k.repeat_interleave(n_heads // n_kv, dim=1), v.repeat_interleave(n_heads // n_kv, dim=1), False
 
-
+# %% ../nbs/01_model.ipynb #2be2da8e
 def layer_kernel(device) -> object:
     "The 'flash' backend's kernel for a layer on `device`: `varlen_kernel()` on CUDA (None when none exists), else `reference_varlen`."
     return varlen_kernel() if torch.device(device).type == 'cuda' else reference_varlen
 
-
+# %% ../nbs/01_model.ipynb #aab04fb5
 class Attention(nn.Module):
     varlen_impl = None   # a kernel that replaces the resolved one (tests plug in `reference_varlen` or a stand-in)
 
@@ -316,7 +316,7 @@ class Block(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, is_causal, allowed)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-
+# %% ../nbs/01_model.ipynb #e317a3e9
 def document_positions(document_ids: torch.Tensor) -> torch.Tensor:
     "Positions that restart at 0 at every document change of a `(B, T)` row."
     B, T = document_ids.shape
@@ -327,12 +327,12 @@ def document_positions(document_ids: torch.Tensor) -> torch.Tensor:
     last_start = torch.where(start, idx, torch.zeros_like(idx)).cummax(dim=1).values
     return idx - last_start
 
-
+# %% ../nbs/01_model.ipynb #096fad5d
 def unpad(t: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     "`(B, T, ...)` -> `(1, n_tokens, ...)`: the real tokens as one row (an index gather: no host sync)."
     return t.flatten(0, 1).index_select(0, indices)[None]
 
-
+# %% ../nbs/01_model.ipynb #62b9f0ec
 def repad(t: torch.Tensor, indices: torch.Tensor, B: int, T: int) -> torch.Tensor:
     "`(1, n_tokens, ...)` -> `(B, T, ...)`, zeros at the padding (an index scatter: no host sync)."
     return t.new_zeros(B * T, *t.shape[2:]).index_copy(0, indices, t[0]).view(B, T, *t.shape[2:])
@@ -345,7 +345,7 @@ def symbolic_layout(layout: dict) -> dict:
     torch._dynamo.maybe_mark_dynamic(layout['cu_seqlens'], 0)
     return layout if DynamicInt is None else dict(layout, max_len=DynamicInt(layout['max_len']))
 
-
+# %% ../nbs/01_model.ipynb #7a818986
 class Body(nn.Module):
     "Embedding, blocks and final norm: everything but a head."
     def __init__(self, cfg: ModelConfig):
@@ -394,7 +394,7 @@ class Output:
     logits: torch.Tensor | None = None            # (B, T, vocab), or (n_selected, vocab) with `logits_mask`/`logits_index`
     hidden_states: torch.Tensor | None = None     # (B, T, hidden), after the final norm
 
-
+# %% ../nbs/01_model.ipynb #a685bd6a
 class Transformer(nn.Module):
     base_model_prefix = 'model'   # as in transformers: where the body is (accelerate's FSDP2 finds the final norm)
 
@@ -454,7 +454,7 @@ def mean_pool(h: torch.Tensor,              # (B, T, hidden)
     m = attention_mask.to(h.dtype)[..., None]                       # (B, T, 1)
     return (h * m).sum(1) / m.sum(1).clamp(min=1.0)
 
-
+# %% ../nbs/01_model.ipynb #6f596ed0
 def pool(h: torch.Tensor,           # (n_tokens, hidden): the real tokens of every example, one example after another
          cu_seqlens: torch.Tensor,  # (n_examples + 1,): example i is h[cu_seqlens[i]:cu_seqlens[i+1]]
          how: str = 'mean',         # one of POOLINGS
@@ -470,7 +470,7 @@ def pool(h: torch.Tensor,           # (n_tokens, hidden): the real tokens of eve
     sums = h.new_zeros(len(lengths), h.shape[-1], dtype=torch.float32).index_add_(0, example, h.float())
     return (sums / lengths.clamp(min=1)[:, None]).to(h.dtype)                          # sums in fp32, also under bf16
 
-
+# %% ../nbs/01_model.ipynb #954aaa53
 def pool_padded(h: torch.Tensor,                      # (B, T, hidden)
                 attention_mask: torch.Tensor | None,  # (B, T): 1 real token, 0 padding (either side)
                 how: str = 'mean',                    # one of POOLINGS
@@ -485,7 +485,7 @@ def pool_padded(h: torch.Tensor,                      # (B, T, hidden)
         idx = real.argmax(1) if how == 'first' else T - 1 - real.flip(1).argmax(1)
     return h[torch.arange(B, device=h.device), idx]
 
-
+# %% ../nbs/01_model.ipynb #a1c15c85
 def real_tokens(h: torch.Tensor,   # (B, T, hidden)
                 layout: dict,      # the batch's `varlen_layout`
                ) -> torch.Tensor:  # (n_tokens, hidden), in the order of `layout['cu_seqlens']`
@@ -504,7 +504,7 @@ class Head:
     @property
     def embeds(self) -> bool: return self.outputs == 0   # its output is an embedding, not logits
 
-
+# %% ../nbs/01_model.ipynb #1c10fcbb
 HEADS = {   # every head `TaskModel` builds, by name
     'sequence': Head(pooled=True),                          # logits per example
     'token': Head(pooled=False),                            # logits per token
@@ -576,7 +576,7 @@ def _waits(func, args, kwargs) -> bool:
         return src.device.type == 'cuda' and torch.device(dst).type == 'cpu'
     return False
 
-
+# %% ../nbs/01_model.ipynb #b3174337
 class HostSyncs(TorchDispatchMode):
     "Counts the operations that make the host wait for a GPU while active (`with HostSyncs() as s: ...; s.count`)."
     def __init__(self):

@@ -93,17 +93,17 @@ def make_batch(rows: dict,                 # 'input_ids', 'document_ids': (B, T)
     batch = dict(input_ids=inputs, document_ids=docs, labels=labels, is_causal=objective.causal, **layout)
     return dict(batch, masked_positions=labelled_positions(labels)) if objective.masked else batch
 
-
+# %% ../nbs/01b_objectives.ipynb #74fc3f93
 def labelled_positions(labels: torch.Tensor,  # (B, T), IGNORE where no loss is taken
                       ) -> torch.Tensor:       # (n_labelled,) long: flat positions of (B*T), in order
     "Where `labels` take a loss, as indices (`nonzero`: a host sync when `labels` is on a GPU, none on the CPU)."
     return (labels.flatten() != IGNORE).nonzero().flatten()
 
-
+# %% ../nbs/01b_objectives.ipynb #09c08065
 def _ce_sum(h, w, y):   # h: (n, hidden), w: (V, hidden), y: (n,)
     return F.cross_entropy(F.linear(h, w).float(), y, ignore_index=IGNORE, reduction='sum')
 
-
+# %% ../nbs/01b_objectives.ipynb #59d562d6
 def chunked_cross_entropy(hidden: torch.Tensor,  # (..., hidden) final hidden states
                           weight: torch.Tensor,  # (V, hidden) the LM head
                           labels: torch.Tensor,  # (...) targets, IGNORE where no loss is taken
@@ -117,7 +117,7 @@ def chunked_cross_entropy(hidden: torch.Tensor,  # (..., hidden) final hidden st
         total = total + checkpoint(_ce_sum, hidden[s:s + chunk], weight, labels[s:s + chunk], use_reentrant=False)
     return total / (labels != IGNORE).sum().clamp(min=1)
 
-
+# %% ../nbs/01b_objectives.ipynb #8ba226ea
 def lm_loss(model, batch: dict,
             sparse_head: bool = True,  # MLM: LM head only at the masked positions
             ce_chunk: int = 0,         # head + loss `ce_chunk` positions at a time (`chunked_cross_entropy`); 0: at once
@@ -152,7 +152,7 @@ def wsd_schedule(optimizer, total_steps: int, warmup_steps: int, decay_steps: in
     return get_wsd_schedule(optimizer, num_warmup_steps=warmup_steps, num_decay_steps=decay_steps,
                             num_training_steps=total_steps, decay_type='linear', min_lr_ratio=0.0)
 
-
+# %% ../nbs/01b_objectives.ipynb #0774ab96
 def adamw(model: torch.nn.Module,
           lr: float,                      # peak learning rate
           settings: AdamW = ADAMW,        # betas, eps, weight decay (`mlmclm.vocab.AdamW`)
@@ -181,7 +181,7 @@ def _unknown(name: str) -> None:
     warnings.warn(f'unknown device {name!r}: no MFU (its peak FLOP/s is not in mlmclm.sizes.PEAK_FLOPS; '
                   f'add it there with its source)', RuntimeWarning, stacklevel=3)
 
-
+# %% ../nbs/01b_objectives.ipynb #d4fa93f3
 def device_peak_flops(device: torch.device) -> float | None:
     "Dense bf16 peak of the GPU `device` if its name is in `PEAK_FLOPS`, else None (no MFU; CPUs have none)."
     if torch.device(device).type != 'cuda': return None
@@ -231,7 +231,7 @@ def _blocks_forward(cfg, blocks, rows: int, layers: int, bf16: bool, checkpointe
                 block(x, cos, sin, False, allowed)
         return sum(saved.values()) if compiled else mm.live
 
-
+# %% ../nbs/01b_objectives.ipynb #2108aa8a
 def _cpu_varlen(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=False, scale=None, window_size=None, enable_gqa=False,
                 seqused_k=None, block_table=None, num_splits=None):
     "A CPU kernel for torch's varlen op (`reference_varlen`): (out, log-sum-exp (H, n) fp32, rng state), as on a GPU."
@@ -239,7 +239,7 @@ def _cpu_varlen(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=False, scale=None, 
     out = reference_varlen(q, k, v, cu_q, max_q, is_causal or list(window_size or []) == [-1, 0])
     return out, q.new_zeros(q.shape[1], q.shape[0], dtype=torch.float32), torch.zeros(2, dtype=torch.uint64)
 
-
+# %% ../nbs/01b_objectives.ipynb #adfd09e5
 @contextlib.contextmanager
 def gpu_varlen_on_cpu():
     """torch's varlen op (`torch.nn.attention.varlen`, the GPU's flash kernel without flash-attn) given a CPU kernel
@@ -251,14 +251,14 @@ def gpu_varlen_on_cpu():
     try: yield torch_varlen_kernel(varlen_attn)
     finally: lib._destroy()
 
-
+# %% ../nbs/01b_objectives.ipynb #78234a72
 def _compiled_blocks(cfg, blocks, kernel) -> None:
     "Compile `blocks` in place as the trainer does on a GPU, with inductor's partitioner and no code generation."
     for block in blocks:
         if kernel is not None: block.self_attn.varlen_impl = kernel
         block.compile(backend='aot_eager_decomp_partition', dynamic=False)
 
-
+# %% ../nbs/01b_objectives.ipynb #cbbd6eef
 @functools.lru_cache(maxsize=None)
 def _activation_bytes(key: tuple, bf16: bool, checkpointed: bool, compiled: bool = False) -> float:
     # checkpointed, compiled or not, a block keeps its input; 'flash' in fp32 runs only on the CPU's reference kernel,
@@ -286,7 +286,7 @@ def _activation_bytes(key: tuple, bf16: bool, checkpointed: bool, compiled: bool
                            f'recompile-limit hits; expected whole graphs')
     return per_token
 
-
+# %% ../nbs/01b_objectives.ipynb #39be97ac
 def activation_bytes(cfg,                    # a `ModelConfig` (its `attn_backend` as it will run)
                      bf16: bool = True,      # under bf16 autocast (GPU) or in fp32
                      checkpointed: bool = False,  # activation checkpointing: what a block keeps is its input
@@ -295,7 +295,7 @@ def activation_bytes(cfg,                    # a `ModelConfig` (its `attn_backen
     "What one block keeps for its backward pass, per token (measured once per shape and setting)."
     return _activation_bytes(block_shape(cfg), bf16, checkpointed, compiled)
 
-
+# %% ../nbs/01b_objectives.ipynb #5f8f3dfd
 @functools.lru_cache(maxsize=None)
 def logit_bytes(bf16: bool = True, chunked: bool = False) -> float:
     "Peak bytes per logit of the LM head + cross-entropy forward and backward (measured), the head's gradient aside."
@@ -306,5 +306,5 @@ def logit_bytes(bf16: bool = True, chunked: bool = False) -> float:
         (chunked_cross_entropy(x, w, y, n // 4) if chunked else F.cross_entropy(F.linear(x, w).float(), y)).backward()
     return (mm.peak - 4 * V * h * (2 if chunked else 1) - 4 * n * h) / ((n // 4 if chunked else n) * V)
 
-
+# %% ../nbs/01b_objectives.ipynb #2f2b809a
 MEASURED = dict(activation_bytes=activation_bytes, logit_bytes=logit_bytes)   # `memory_estimate(..., **MEASURED)`: any shape

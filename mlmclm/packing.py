@@ -51,7 +51,7 @@ def _targets(features: list[dict], order: list[int], per_token) -> dict:
     if 'labels' in features[0]: out['labels'] = per_token([features[i]['labels'] for i in order])
     return out
 
-
+# %% ../nbs/01c_packing.ipynb #39273648
 def collate_packed(features: list[dict],          # encoded examples with `input_ids` and their targets
                    pad_id: int,                   # token id of the padding that evens out the rows
                    budget: int | None = None,     # tokens per row; None: all in one row
@@ -80,7 +80,7 @@ def collate_packed(features: list[dict],          # encoded examples with `input
                 indices=None if real.numel() == mask.numel() else real,
                 **_targets(features, order, lambda ls: torch.tensor([l for one in ls for l in one])))
 
-
+# %% ../nbs/01c_packing.ipynb #a527af35
 def collate_padded(features: list[dict],  # encoded examples with `input_ids` and their targets
                    pad_id: int,           # token id of the padding
                   ) -> dict:
@@ -94,7 +94,7 @@ def collate_padded(features: list[dict],  # encoded examples with `input_ids` an
     return dict(input_ids=rows(ids, pad_id), attention_mask=rows([[1] * len(s) for s in ids], 0),
                 **_targets(features, list(range(len(features))), lambda ls: rows(ls, IGNORE)))
 
-
+# %% ../nbs/01c_packing.ipynb #9561997a
 def to_device(batch: dict, device) -> dict:
     "The batch's tensors on `device`; its other values (`max_seqlen`, a None `indices`) as they are."
     return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
@@ -106,7 +106,7 @@ def unpack_examples(out: torch.Tensor,    # (n_examples, ...) in packed order
     "Per-example outputs of a packed batch, in the order of its features."
     return out[torch.argsort(order.to(out.device))]
 
-
+# %% ../nbs/01c_packing.ipynb #37e1b88f
 def unpack_tokens(flat: torch.Tensor,        # (n_tokens, ...) per-token outputs in packed order
                   cu_seqlens: torch.Tensor,  # (n_examples + 1,)
                   order: torch.Tensor,       # (n_examples,)
@@ -117,7 +117,7 @@ def unpack_tokens(flat: torch.Tensor,        # (n_tokens, ...) per-token outputs
     for piece, i in zip(pieces, order.tolist()): out[i] = piece
     return out
 
-
+# %% ../nbs/01c_packing.ipynb #6dd83cb2
 def token_rows(flat: torch.Tensor,        # (n_tokens, ...) per-token outputs in packed order
                cu_seqlens: torch.Tensor,  # (n_examples + 1,)
                fill: float = 0.0,         # value past each example's end
@@ -132,21 +132,21 @@ def _span_rows(logits: torch.Tensor, batch: dict) -> torch.Tensor:
     if 'document_ids' in batch: return token_rows(logits, batch['cu_seqlens'], float('-inf'))
     return logits.masked_fill(~batch['attention_mask'].bool(), float('-inf'))
 
-
+# %% ../nbs/01c_packing.ipynb #3b4e9d73
 def sequence_loss(out: torch.Tensor,  # (n_examples, num_labels) logits
                   batch: dict,        # its `label`: (n_examples,)
                  ) -> torch.Tensor:
     "One label per example: the mean cross-entropy over the examples."
     return F.cross_entropy(out.float(), batch['label'])
 
-
+# %% ../nbs/01c_packing.ipynb #11969d86
 def token_loss(out: torch.Tensor,  # (n_tokens, num_labels) packed, or (B, T, num_labels) padded
                batch: dict,        # its `labels`, one per token (-100: not trained)
               ) -> torch.Tensor:
     "A label per token: the mean cross-entropy over the labelled tokens."
     return F.cross_entropy(out.float().flatten(0, -2), batch['labels'].flatten(), ignore_index=IGNORE)
 
-
+# %% ../nbs/01c_packing.ipynb #4ec59253
 def span_loss(out: tuple,    # start and end logits, `(n_tokens,)` packed or `(B, T)` padded
               batch: dict,   # its `start` and `end` positions, one each per example
              ) -> torch.Tensor:
@@ -154,7 +154,7 @@ def span_loss(out: tuple,    # start and end logits, `(n_tokens,)` packed or `(B
     start, end = (_span_rows(t.float(), batch) for t in out)
     return (F.cross_entropy(start, batch['start']) + F.cross_entropy(end, batch['end'])) / 2
 
-
+# %% ../nbs/01c_packing.ipynb #99e16ac6
 def infonce(q: torch.Tensor,   # (n_queries, hidden) query embeddings
             d: torch.Tensor,   # (n_passages, hidden) passage embeddings; query i's positive is passage i
             scale: float,      # multiplies the cosine similarities
@@ -163,14 +163,14 @@ def infonce(q: torch.Tensor,   # (n_queries, hidden) query embeddings
     scores = scale * F.normalize(q.float(), dim=-1) @ F.normalize(d.float(), dim=-1).T   # (n_queries, n_passages)
     return F.cross_entropy(scores, torch.arange(len(q), device=q.device))
 
-
+# %% ../nbs/01c_packing.ipynb #2b041d7c
 @dataclass(frozen=True)
 class HeadLoss:
     "How one head of `mlmclm.model.HEADS` trains: its loss, and how a batch's features reach it."
     loss: Callable        # (outputs, collated batch) -> a micro-batch's mean loss; pairs: (queries, passages, scale) -> loss
     pairs: bool = False   # features are (query, passage) pairs scored together (`cached_infonce`), not examples
 
-
+# %% ../nbs/01c_packing.ipynb #813ed7b4
 HEAD_LOSSES = {   # keyed like `mlmclm.model.HEADS`
     'sequence': HeadLoss(sequence_loss),
     'token': HeadLoss(token_loss),
@@ -182,7 +182,7 @@ def _loss_of(kind: str) -> HeadLoss:
     if kind not in HEAD_LOSSES: raise ConfigError(f'unknown head kind {kind!r}; choose one of {list(HEAD_LOSSES)}')
     return HEAD_LOSSES[kind]
 
-
+# %% ../nbs/01c_packing.ipynb #3626c3ef
 def head_loss(kind: str,    # the model's head: a key of HEAD_LOSSES whose row is not `pairs`
               model,        # a `TaskModel` of that kind
               batch: dict,  # from `collate_packed` or `collate_padded`, on the model's device
@@ -200,17 +200,17 @@ class MicroBatch:
     weight: float        # multiply the micro-batch's mean loss by this before `backward`
     tokens: int          # tokens it computes (rows × longest when counted padded)
 
-
+# %% ../nbs/01c_packing.ipynb #acefcfa6
 def example_tokens(f: dict) -> int:
     "Tokens of one feature: its `input_ids`, or the sum over its parts (a retrieval pair's query and passage)."
     return len(f['input_ids']) if 'input_ids' in f else sum(example_tokens(v) for v in f.values() if isinstance(v, dict))
 
-
+# %% ../nbs/01c_packing.ipynb #26dad9c1
 def loss_terms(f: dict) -> int:
     "How many terms a feature adds to the batch's mean loss: its labelled tokens, or 1 (one example)."
     return sum(l != IGNORE for l in f['labels']) if 'labels' in f else 1
 
-
+# %% ../nbs/01c_packing.ipynb #991d9c9d
 def micro_batches(features: list[dict],            # one optimizer batch, in order
                   max_tokens: int | None = None,   # at most this many tokens per micro-batch
                   max_examples: int | None = None, # at most this many examples per micro-batch
@@ -236,7 +236,7 @@ def micro_batches(features: list[dict],            # one optimizer batch, in ord
 # %% ../nbs/01c_packing.ipynb #066d7e08
 def _device(model) -> torch.device: return next(model.parameters()).device
 
-
+# %% ../nbs/01c_packing.ipynb #f3932f93
 def embed(model,                        # a `TaskModel` of kind 'embedding'
           features: list[dict],         # encoded texts (`input_ids`)
           pad_id: int,
@@ -249,7 +249,7 @@ def embed(model,                        # a `TaskModel` of kind 'embedding'
     out = model(b['input_ids'], b['attention_mask'], b.get('document_ids'), layout=layout_of(b))
     return unpack_examples(out, b['order']) if packing else out
 
-
+# %% ../nbs/01c_packing.ipynb #67afd41e
 def cached_infonce(model, queries: list[dict], passages: list[dict],   # query i's positive is passage i
                    pad_id: int,
                    max_tokens: int | None = None,     # micro-batch limits (see `micro_batches`)
@@ -295,7 +295,7 @@ def staged(batches,   # an iterable of host batches (`collate_packed` / `collate
         yield current
     yield ahead
 
-
+# %% ../nbs/01c_packing.ipynb #768c3452
 def batch_backward(model,                   # a `TaskModel`
                    kind: str,               # its head: a key of HEAD_LOSSES
                    features: list[dict],    # one optimizer batch, in order (retrieval: pairs {'q': ..., 'd': ...})

@@ -38,7 +38,7 @@ def _reported_name(row) -> str:
     else: name = f"{size}-clm-{clm // 1000}k-mlm{round(float(row['mask_ratio']) * 100)}-{total // 1000}k"
     return name if step == total else f'{name}-{step}'
 
-
+# %% ../nbs/03c_paper_runs.ipynb #9dfb3b82
 def reported_scores(path: str | Path | None = None) -> pd.DataFrame:
     "The paper's reported family scores (percent), keyed by checkpoint name and family."
     df = pd.read_csv(path or assets_dir()/'reported_results.csv')
@@ -56,7 +56,7 @@ def in_paper(dataset: str) -> bool:
     "Whether `dataset` counts in its family's mean: a task of `mlmclm.tasks.TASKS` marked `in_paper` (`qed` is not)."
     return dataset in TASKS and TASKS[dataset].in_paper
 
-
+# %% ../nbs/03c_paper_runs.ipynb #0b404a99
 def parse_result_path(path: Path, root: Path) -> dict:
     "Model, family, dataset, LR and seed of one `results.json` below `root` (ValueError if the layout is off)."
     parts = path.relative_to(root).parts
@@ -72,7 +72,7 @@ def parse_result_path(path: Path, root: Path) -> dict:
     return dict(checkpoint_name=model, family=family, dataset=dataset, lr=float(m['lr']), seed=int(m['seed']),
                 trained_on=m['train'])
 
-
+# %% ../nbs/03c_paper_runs.ipynb #42ee2e00
 def _score(part, split: str) -> float:
     "The `score` of one split: a number in [0, 1], or ValueError saying what it is instead."
     v = part.get('score') if isinstance(part, dict) else None
@@ -82,14 +82,14 @@ def _score(part, split: str) -> float:
         raise ValueError(f'{split} score is {v!r}; expected a number in [0, 1]')
     return float(v)
 
-
+# %% ../nbs/03c_paper_runs.ipynb #9b944a06
 def _per_example(part, split: str) -> list[float]:
     v = part.get('scores_i', []) if isinstance(part, dict) else []
     if not isinstance(v, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in v):
         raise ValueError(f'{split} scores_i is not a list of finite numbers')
     return v
 
-
+# %% ../nbs/03c_paper_runs.ipynb #dba38eb7
 def read_result_file(path: Path) -> dict:
     "Validation and test score, their per-example scores and the file's hash, from one results.json."
     raw = Path(path).read_bytes()
@@ -143,7 +143,7 @@ def paper_rows(results: pd.DataFrame) -> pd.DataFrame:
     allowed = [name for name, task in TASKS.items() if task.in_paper]   # read now: a task added at run time counts
     return counted(results[results.dataset.isin(allowed)])
 
-
+# %% ../nbs/03c_paper_runs.ipynb #4368fc07
 def compare_with_paper(results: pd.DataFrame, reported: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     "(cell table: paper, ours under each selection, differences; summary: mean |difference| per selection, default first)."
     reported = reported_scores() if reported is None else reported

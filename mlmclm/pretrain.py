@@ -46,7 +46,7 @@ def _sequential(rows, position: int):
         return {k: torch.stack([r[k] for r in got]) for k in ('input_ids', 'document_ids')}
     return read
 
-
+# %% ../nbs/02_pretrain.ipynb #093a32c7
 def step_batches(rows,                     # `read(first_row, n)` (a token store's rows), or an iterator of packed rows
                  phases: list[Phase],
                  steps: range,             # the optimizer steps to make batches for
@@ -70,7 +70,7 @@ def step_batches(rows,                     # `read(first_row, n)` (a token store
             micro.append({k: v.pin_memory() if pin and torch.is_tensor(v) else v for k, v in batch.items()})
         yield micro
 
-
+# %% ../nbs/02_pretrain.ipynb #c97d1405
 def prefetched(iterator, depth: int = 2):
     "Yield `iterator`'s items in order while a background thread computes up to `depth` of them ahead."
     q, done, stop = queue.Queue(maxsize=depth), object(), threading.Event()
@@ -101,7 +101,7 @@ def _token_ids(run: Run) -> dict:
     return dict(mask_token_id=run.tokenizer.mask_token_id, vocab_size=len(run.tokenizer),
                 special_ids=sorted(set(run.tokenizer.all_special_ids)))
 
-
+# %% ../nbs/02_pretrain.ipynb #a2f909d2
 def batch_stream(run: Run, state: TrainState):
     "This process's micro-batches of every remaining step, prepared `prefetch` steps ahead in a background thread."
     cfg, acc = run.cfg, run.acc
@@ -112,7 +112,7 @@ def batch_stream(run: Run, state: TrainState):
                            pin=acc.device.type == 'cuda')
     return prefetched(batches, cfg.prefetch) if cfg.prefetch else batches
 
-
+# %% ../nbs/02_pretrain.ipynb #afe098ba
 def _non_finite(run: Run, state: TrainState, phase: Phase, loss: float, counts: list) -> FloatingPointError:
     "The error of a step whose loss is not finite, saying what is known: a micro-batch with nothing to predict, and the state to resume (if there is one)."
     empty = [m for m, n in enumerate(counts) if int(n) == 0]
@@ -126,7 +126,7 @@ def _non_finite(run: Run, state: TrainState, phase: Phase, loss: float, counts: 
              if saved else 'no state was saved yet: the run starts over at step 0')
     return FloatingPointError(f'non-finite loss {loss} at step {state.step + 1} ({phase.label}): {why}; {where}')
 
-
+# %% ../nbs/02_pretrain.ipynb #6fcc9e01
 def train_step(run: Run, state: TrainState, phase: Phase,
                micro_batches: list[dict],   # this process's `run.grad_accum` micro-batches of the step
               ) -> tuple[float, float]:     # the step's loss (mean over micro-batches and processes), its LR
@@ -161,7 +161,7 @@ def heldout_batches(run: Run, phase: Phase) -> list[dict]:
     return [make_batch(run.store.rows(first, r, min(cfg.batch_size, n - r), cfg.seq_len), phase,
                        _token_ids(run), replace, HELDOUT_SEED, r) for r in range(0, n, cfg.batch_size)]
 
-
+# %% ../nbs/02_pretrain.ipynb #52c1d464
 @torch.no_grad()
 def heldout_loss(run: Run, phase: Phase) -> float:
     "`phase`'s loss on the held-out rows: every labelled position weighs the same (every process computes it whole)."
@@ -188,7 +188,7 @@ class Throughput:
         self.t, self.tokens = now, tokens_seen
         return tps
 
-
+# %% ../nbs/02_pretrain.ipynb #fccbbfe2
 def log_metrics(run: Run, state: TrainState, phase_index: int, phase: Phase, loss: float, lr: float,
                 throughput: Throughput,
                 attn_spans: list | None = None,  # `attention_span` of each step's micro-batches since the last row
@@ -220,7 +220,7 @@ def log_metrics(run: Run, state: TrainState, phase_index: int, phase: Phase, los
         run.trackers.log(row, step=state.step)
     return row
 
-
+# %% ../nbs/02_pretrain.ipynb #40929ccb
 def _full_weights(run: Run) -> dict | None:
     "The whole weights on the main process, None elsewhere (under FSDP a gather: every process must call it)."
     if run.sharding != 'fsdp2': return run.raw_model.state_dict() if run.is_main else None
@@ -228,13 +228,13 @@ def _full_weights(run: Run) -> dict | None:
     weights = get_model_state_dict(run.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return weights if run.is_main else None
 
-
+# %% ../nbs/02_pretrain.ipynb #47eac384
 def _tokens_read(run: Run, state: TrainState) -> dict:
     "The store and the token range the run has read up to `state`."
     return dict(store_id=run.store.store_id, store=str(run.store.folder), first_token=run.data_offset,
                 end_token=run.data_offset + state.tokens_seen)
 
-
+# %% ../nbs/02_pretrain.ipynb #54ec717b
 def keep_checkpoint(run: Run, state: TrainState, phase_index: int, phase: Phase) -> Path:
     "`checkpoints/step-<N>`: the model as trained at this step (attention of the phase), its tokenizer and full state."
     meta = dict(step=state.step, phase=phase_index, objective=phase.objective, mask_ratio=phase.mask_ratio,
@@ -250,14 +250,14 @@ def keep_checkpoint(run: Run, state: TrainState, phase_index: int, phase: Phase)
         write_state(run, state, tmp/'state')
     return atomic_dir(run.folder/'checkpoints'/f'step-{state.step}', write, run)
 
-
+# %% ../nbs/02_pretrain.ipynb #55e2547d
 def link_state(run: Run, source: Path) -> Path:
     "The run's `state/`, atomically, as hard links to the files of the state `source` just written (copies where links cannot be made)."
     def write(tmp):
         if run.is_main: _link_tree(source, tmp)
     return atomic_dir(run.state_dir, write, run)
 
-
+# %% ../nbs/02_pretrain.ipynb #5a95aa19
 def _link_tree(source: Path, target: Path) -> None:
     "Every file under `source` at the same place under `target`: a hard link, or a copy where the file system refuses links."
     for p in sorted(Path(source).rglob('*')):
@@ -266,7 +266,7 @@ def _link_tree(source: Path, target: Path) -> None:
         try: os.link(p, to)
         except OSError: shutil.copy2(p, to)   # another file system, no hard links there, or a link limit
 
-
+# %% ../nbs/02_pretrain.ipynb #c25303c3
 def save_if_due(run: Run, state: TrainState, phase_index: int, phase: Phase) -> None:
     "At a kept step: a checkpoint, and the resumable state linked to its state; every `save_every` steps and at the last: the resumable state (every process calls it). Nothing with `save=False`."
     cfg = run.cfg
@@ -311,7 +311,7 @@ def _parse_value(key: str, text: str):
     "The value of `key=text` (`core.parse_setting`: a name such as run_id=007 stays text; numbers elsewhere)."
     return parse_setting(PretrainConfig, key, text)
 
-
+# %% ../nbs/02_pretrain.ipynb #1ee5e9df
 def command_config(args: list[str]) -> PretrainConfig:
     "The config of `key=value ...` command-line arguments (`preset=<name>` among them, optionally)."
     bad = [a for a in args if '=' not in a]
@@ -319,7 +319,7 @@ def command_config(args: list[str]) -> PretrainConfig:
     values = {k: _parse_value(k, v) for k, v in (a.split('=', 1) for a in args)}
     return pretrain_config(values.pop('preset', None), **values)
 
-
+# %% ../nbs/02_pretrain.ipynb #89190ed0
 def main(argv: list[str] | None = None) -> None:
     "`demo`, `run [preset=<name>] key=value ...` or `seal-state FOLDER`."
     argv = sys.argv[1:] if argv is None else argv

@@ -20,7 +20,8 @@ from matplotlib.lines import Line2D
 from scipy import stats
 
 from .core import ConfigError, atomic_path
-from .vocab import FAMILIES, PAPER_TASKS, PROTOCOL_AXES
+from .vocab import FAMILIES, PAPER_TASKS
+from .finetune_protocol import PROTOCOL_AXES
 from .runs import run_key, shard_dir
 from .results import load_results, read_examples
 from .aggregation import (DEFAULT_SELECTION, SELECTIONS, bootstrap_intervals, diff_interval, protocol_cell,
@@ -86,7 +87,7 @@ def beats(h2h: pd.DataFrame, alpha: float = 0.05, tie_epsilon: float = 0.01) -> 
     better = (h2h.p_value < alpha) & (h2h.mean_diff >= tie_epsilon)
     return set(zip(h2h.system[better], h2h.other[better]))
 
-
+# %% ../nbs/03d_ranking.ipynb #7754a9b2
 def rank_clusters(means: pd.Series,  # system -> mean score
                   better: set,       # (system, other) pairs where system is better (`beats`)
                  ) -> list[list[str]]:
@@ -148,7 +149,7 @@ def sources_and_cells(results: pd.DataFrame) -> list[tuple[str, dict, pd.DataFra
         out += [(s, cell, protocol_cell(rows, **cell)) for cell in protocol_cells(rows)]
     return out
 
-
+# %% ../nbs/03d_ranking.ipynb #13b413e1
 def _rank_dataset(sel: pd.DataFrame, examples: dict, config: RankConfig, unpaired: str | None) -> list[dict]:
     "One dataset's rows of the table (no bootstrap interval yet): every system, ranked where its scores allow."
     seg, seeds, why = segment_scores(sel, examples)
@@ -169,11 +170,11 @@ def _rank_dataset(sel: pd.DataFrame, examples: dict, config: RankConfig, unpaire
 def _family_order(df: pd.DataFrame) -> pd.Series:
     return df.family.map({f: i for i, f in enumerate(FAMILIES)}).fillna(len(FAMILIES))
 
-
+# %% ../nbs/03d_ranking.ipynb #8f0e5fd0
 def _dataset_order(df: pd.DataFrame) -> pd.Series:
     return df.dataset.map({d: i for i, d in enumerate(PAPER_TASKS)}).fillna(len(PAPER_TASKS))   # the paper's, then by name
 
-
+# %% ../nbs/03d_ranking.ipynb #be06178f
 def dataset_ranks(results: pd.DataFrame,     # result rows (`load_results(store)`): any sources and protocol cells
                   examples: dict,            # run key -> per-example test scores (`read_examples(store)`)
                   selection: str = DEFAULT_SELECTION,   # how each seed's LR is chosen (`mlmclm.aggregation.SELECTIONS`)
@@ -222,7 +223,7 @@ def one_group(ranks: pd.DataFrame) -> pd.DataFrame:
                          f'{[tuple(x) for x in held.itertuples(index=False)]}; draw one at a time')
     return ranks
 
-
+# %% ../nbs/03d_ranking.ipynb #0111bdbc
 def _panel(ax, g: pd.DataFrame, colors) -> None:
     "One dataset: systems top (best) to bottom, score with bootstrap band, t-interval and rank."
     y = np.arange(len(g))
@@ -261,7 +262,7 @@ def fig_ranking(ranks: pd.DataFrame,  # `dataset_ranks`' rows of one source and 
         fig.legend(handles=handles, loc='upper center', bbox_to_anchor=(0.5, 0.0), ncol=min(len(handles), 5), frameon=False)
     return fig
 
-
+# %% ../nbs/03d_ranking.ipynb #061c1fb3
 def save_figure(fig, folder: str | Path, name: str) -> list[Path]:
     "Write `name`.png and `name`.pdf into `folder`, atomically and byte-stably (as `figures.save_figure`), and close `fig`."
     out = []
@@ -288,10 +289,10 @@ def rank_store(store: str | Path,   # a results store (.jsonl) whose rows keep p
     if not len(results): raise ConfigError(f'{store}: the store holds no result rows')
     return dataset_ranks(results, read_examples(store), selection, config)
 
-
+# %% ../nbs/03d_ranking.ipynb #4dfa6ffa
 def whose(source: str) -> str: return {'ours': 'our', 'authors': "the authors'"}.get(source, f"{source}'s")
 
-
+# %% ../nbs/03d_ranking.ipynb #36f61969
 def describe_ranks(ranks: pd.DataFrame, fams: pd.DataFrame) -> str:
     "The clusters of every dataset (scores in percent) and the family ranks, as text."
     lines = []
@@ -322,7 +323,7 @@ def write_ranking(ranks: pd.DataFrame, fams: pd.DataFrame, folder: str | Path) -
         out += save_figure(fig_ranking(g, f"{whose(key[0])} runs, protocol {'/'.join(key[1:])}"), folder, name)
     return out
 
-
+# %% ../nbs/03d_ranking.ipynb #2afbcbc3
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog='mlmclm results rank', description="Rank clusters per dataset and family from paired "
                                 "one-sided t-tests over test examples (the authors' method: Theodb/EncodEval, system_ranking.py).")

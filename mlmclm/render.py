@@ -38,7 +38,7 @@ def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     is_control = results.checkpoint_name.astype(str) == CONTROL
     return results[~is_control], results[is_control]
 
-
+# %% ../nbs/05b_render.ipynb #2b2620f9
 def study_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
     "Family scores (percent) with CIs and checkpoint metadata, one row per (checkpoint, family); the control left out."
     fam = family_scores(protocol_cell(paper_rows(split_control(results)[0])), selection)
@@ -55,7 +55,7 @@ def control_scores(control: pd.DataFrame, selection: str = DEFAULT_SELECTION) ->
     for c in ('score', 'ci_low', 'ci_high'): fam[c] = fam[c] * 100
     return fam.reset_index(drop=True)
 
-
+# %% ../nbs/05b_render.ipynb #8ff7459e
 def draw_control(fig, control: pd.DataFrame) -> int:
     "Add the control's score (line) and interval (band) to each family panel of a score figure; returns lines drawn."
     by_family, drawn = control.set_index('family'), 0
@@ -96,7 +96,7 @@ class FigureSpec:
     demo: bool = True           # carried by the committed demo (figures/demo/<name>.png)
     needs: str | None = None    # drawn only when this input is given (not None)
 
-
+# %% ../nbs/05b_render.ipynb #ed139bd8
 FIGURE_INPUTS = {'scores': 'family scores of the paper protocol (`study_scores`)', 'ref': "the paper's numbers",
                  'scale': "'demo' or 'paper'", 'curves': 'seed-mean score per LR (`lr_curve`)',
                  'paper': "the rows of the paper's protocol", 'cpt_loss': 'the CPT loss curves',
@@ -119,7 +119,7 @@ FIGURES: dict[str, FigureSpec] = {f.name: f for f in [
     FigureSpec('figP_protocol_gap', fig_protocol_gap, ('gaps', 'scale'), None, demo=False, needs='gaps'),
 ]}
 
-
+# %% ../nbs/05b_render.ipynb #c454cedc
 def draw_figures(inputs: dict,                 # a value (or None) for every key of `FIGURE_INPUTS`
                  figures: dict | None = None,  # the registry (`FIGURES` when None)
                 ) -> dict:
@@ -147,14 +147,14 @@ def unigram_entropy(ids: np.ndarray) -> float:
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log(p)).sum())
 
-
+# %% ../nbs/05b_render.ipynb #b78aeb80
 def _study_data(study_dir: str | Path) -> str:
     "The one pretraining data source of a study folder's runs (their `run.json`)."
     found = {read_json(f)['config']['data'] for f in Path(study_dir).glob('*/run.json')}
     if len(found) != 1: raise ValueError(f'{study_dir}: its runs read {sorted(found) or "nothing"}; expected one source')
     return found.pop()
 
-
+# %% ../nbs/05b_render.ipynb #4599f85b
 def corpus_unigram_entropy(data: str = 'embedded') -> float:
     "The unigram entropy of the token store a run on `data` reads (the embedded corpus under its own tokenizer)."
     from mlmclm.data import load_tokenizer
@@ -162,7 +162,7 @@ def corpus_unigram_entropy(data: str = 'embedded') -> float:
     store = open_store(data, load_tokenizer(data))
     return unigram_entropy(store.window(0, len(store))[0])
 
-
+# %% ../nbs/05b_render.ipynb #adee06f8
 def collect_pretrain_loss(study_dir: str | Path, entropy: float, tail: int = 5) -> pd.DataFrame:
     """Per pretraining run of a study folder: last phase, steps, mean loss of its last `tail` logged rows, its last
     held-out loss (`02_pretrain`; None for runs without one), and `entropy`."""
@@ -216,7 +216,7 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
         files += write_table(table, tables, name, f'Table {int(name[1:3])}: {name[4:].replace("_", " ")} ({scale_note(scale)})')
     return files
 
-
+# %% ../nbs/05b_render.ipynb #90bbc925
 def one_source(results: pd.DataFrame, source: str | None = None) -> tuple[pd.DataFrame, str, list[str]]:
     """(the rows of one source, that source, the other sources the store holds): the figures never average our runs
     with the authors' imported runs of the same model. By default ours where the store holds any, else the one
@@ -227,7 +227,7 @@ def one_source(results: pd.DataFrame, source: str | None = None) -> tuple[pd.Dat
     if held and source not in held: raise ValueError(f'source={source!r}: the store holds rows of {held} only')
     return results[src == source], source, [s for s in held if s != source]
 
-
+# %% ../nbs/05b_render.ipynb #136e91ef
 def _source_and_scale(results: pd.DataFrame, source: str | None, scale: str) -> tuple[pd.DataFrame, str]:
     "(the rows of one source, the scale text every figure and table carries: it names that source if the store holds another)."
     results, source, others = one_source(results, source)
@@ -236,13 +236,13 @@ def _source_and_scale(results: pd.DataFrame, source: str | None, scale: str) -> 
     return results, (f"{scale_note(scale)}; {whose(source)} rows only, the store also holds "
                      + ', '.join(f'{whose(s)} (--source {s})' for s in others))
 
-
+# %% ../nbs/05b_render.ipynb #b186d2a7
 def _table1_caption(demo: bool, scale: str) -> str:
     "Table 1 holds the paper's settings; at demo scale its caption says the demo trains with its own."
     return "Table 1: hyperparameters of the paper's runs (" + (
         'the demo trains tiny models with its own, smaller settings: nbs/04_study.ipynb)' if demo else scale_note(scale) + ')')
 
-
+# %% ../nbs/05b_render.ipynb #fd0e6308
 def _our_tables(paper, scores, ref, control, tables: Path, scale: str, selection: str) -> list[Path]:
     "Ours minus the paper; the control's scores; the paper's comparisons at each size the paper did not train."
     files = write_table(ours_minus_paper(scores, ref), tables, 'ours_minus_paper',
@@ -266,7 +266,7 @@ def drawable(results: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         if recorded_meta(name, results) is None: bad.append(name)
     return results[~results.checkpoint_name.astype(str).isin(bad)], sorted(bad)
 
-
+# %% ../nbs/05b_render.ipynb #7121cb95
 def _read_for_figures(p, path: str) -> pd.DataFrame:
     "The results at `path` that can be drawn; exits with a message (no traceback) when there are none."
     if not Path(path).exists() and not shard_dir(path).is_dir(): p.exit(2, f'error: results {path} do not exist\n')
@@ -282,7 +282,7 @@ def _read_for_figures(p, path: str) -> pd.DataFrame:
     if results.empty: p.exit(1, f'error: no results to draw in {path}\n')
     return results
 
-
+# %% ../nbs/05b_render.ipynb #8e47bcd5
 def main(argv: list[str] | None = None) -> None:
     import argparse
     p = argparse.ArgumentParser(prog='python -m mlmclm.render', description='Render every figure and table.')

@@ -24,7 +24,7 @@ import pandas as pd
 from .core import (ConfigError, WriteError, append_lines, git_commit, jsonl_rows, open_shared, read_shared,
                          to_json, warn_lines)
 from .claims import HOST, this_process, utc_now
-from .vocab import PROTOCOL_AXES
+from .finetune_protocol import PROTOCOL_AXES
 from .runs import CELL, PER_DATASET, FinetuneRun, cell_differences, row_cell, run_key, shard_dir
 
 # %% auto #0
@@ -50,7 +50,7 @@ def store_suffix(store) -> Path:
         raise ConfigError(f'results={str(store)!r} names {what}; a results store is JSON lines: give a path ending in .jsonl')
     return p
 
-
+# %% ../nbs/03a_results.ipynb #b8905143
 def check_store_path(store: str | Path) -> Path:
     """The path of a results store to write to, through any symbolic link (so that a linked store stays one store:
     its shards beside the file, not beside the link); refused unless it names a JSON-lines file (`.jsonl`) that is not
@@ -62,7 +62,7 @@ def check_store_path(store: str | Path) -> Path:
                           f'this store another name (a store of that name written before stays readable with load_results)')
     return p.resolve()
 
-
+# %% ../nbs/03a_results.ipynb #d4b2e18f
 def existing_store(store: str | Path) -> Path:
     "The path of a results store that exists (its file or its shards' folder), through any link; refused otherwise, named."
     p = store_suffix(store)
@@ -71,6 +71,7 @@ def existing_store(store: str | Path) -> Path:
                           f'{shard_dir(p)}); check the path')
     return p.resolve()
 
+# %% ../nbs/03a_results.ipynb #5f159913
 def row_files(store) -> list[Path]:
     "Row files in the order a reader must visit them while a `compact` may run: shards, shards being merged, the main file."
     d = shard_dir(store)
@@ -78,14 +79,15 @@ def row_files(store) -> list[Path]:
               if not f.name.endswith('.scores.jsonl') and not f.is_dir()]
     return shards + [Path(store).resolve()]
 
+# %% ../nbs/03a_results.ipynb #d6de2c62
 def _score_files(store) -> list[Path]:
     d = shard_dir(store)
     return [*sorted(d.glob('*.scores.jsonl')), *sorted((d/'compacting').glob('*.scores.jsonl')), d.with_suffix(SCORES_SUFFIX)]
 
-
 # %% ../nbs/03a_results.ipynb #850ce85c
 def _number(x) -> bool: return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
+# %% ../nbs/03a_results.ipynb #e66c6f62
 # the store's own bookkeeping fields: when present, each must have its type (readers sort and chain rows by them)
 _BOOKKEEPING = {'row_id': (str, 'a row id'), 'written_at': (str, 'a time string'), 'supersedes': (str, 'a reason'),
                 'generation': (int, 'a whole number >= 1'), 'in_paper': (bool, 'true or false')}
@@ -107,12 +109,15 @@ def row_problem(row: dict) -> str | None:
         if v is not None and wrong: return f'{k}={v!r} is not {what}'
     return None
 
+# %% ../nbs/03a_results.ipynb #11c92b9c
 def is_header(r: dict) -> bool:
     "A shard's header or closing line: exactly `{'_writer': ...}` or `{'_closed': ...}`; anything else is a row."
     return len(r) == 1 and next(iter(r)) in ('_writer', '_closed')
 
+# %% ../nbs/03a_results.ipynb #7b190b27
 def problem_line(problem: str) -> int: return int(problem.split()[1].rstrip(':')) if problem.startswith('line ') else 0
 
+# %% ../nbs/03a_results.ipynb #5f6d0a11
 def _with_precision_asked(row: dict) -> dict:
     """`row` in today's columns: a row written before precision was part of a run's identity holds the format that
     ran in `precision`, which now says what was asked; that value moves to `precision_used`. What was asked is then
@@ -124,6 +129,7 @@ def _with_precision_asked(row: dict) -> dict:
     if row['precision_used'] == 'amp_bf16': row['precision'] = 'amp_bf16'
     return row
 
+# %% ../nbs/03a_results.ipynb #2d2f06d6
 def _read_row_files(store) -> list[tuple[Path, list, list]]:
     """(file, rows, problems) of every row file, read as one consistent view. A `compact` may move a shard into
     `compacting/` and merge it into the main file between our listing and our reading; a listed shard that is gone
@@ -142,7 +148,7 @@ def _read_row_files(store) -> list[tuple[Path, list, list]]:
         time.sleep(0.01)
     raise RuntimeError(f'{store}: its shards kept moving while being read (100 tries); is a compaction looping?')
 
-
+# %% ../nbs/03a_results.ipynb #30335b32
 def scan_store(store: str | Path) -> tuple[list[dict], dict]:
     "(every complete row, earliest written first; {file: ['line N: why', ...]} for the lines that are not rows)."
     found, problems = [], {}
@@ -155,6 +161,7 @@ def scan_store(store: str | Path) -> tuple[list[dict], dict]:
         if bad: problems[f] = sorted(bad, key=problem_line)
     return sorted(found, key=lambda r: r.get('written_at') or ''), problems   # stable: file order among equals
 
+# %% ../nbs/03a_results.ipynb #c682ec7e
 def read_rows(store: str | Path, warn: bool = True) -> list[dict]:
     "Every complete row of `store`, earliest written first; unreadable lines are skipped with a warning each file."
     rows, problems = scan_store(store)
@@ -162,6 +169,7 @@ def read_rows(store: str | Path, warn: bool = True) -> list[dict]:
         for f, bad in problems.items(): warn_lines(f, bad, 'incomplete or unreadable')
     return rows
 
+# %% ../nbs/03a_results.ipynb #0f3d9350
 def _chains(rows: list[dict]) -> dict[str, tuple[dict, int]]:
     """Run key -> (the row that counts, its generation). A first run is generation 0; a forced re-run records the
     generation it replaced plus one (read from the store when written, so no clock orders re-runs); a re-run of an
@@ -175,10 +183,10 @@ def _chains(rows: list[dict]) -> dict[str, tuple[dict, int]]:
         if k not in out or g > out[k][1]: out[k] = (r, g)
     return out
 
+# %% ../nbs/03a_results.ipynb #e350a5d0
 def current_rows(rows: list[dict]) -> dict[str, dict]:
     "Run key -> the row that counts: the first complete row, unless a forced re-run (`supersedes`) replaced it."
     return {k: r for k, (r, _) in _chains(rows).items()}
-
 
 # %% ../nbs/03a_results.ipynb #3a6cb242
 def load_results(path: str | Path) -> pd.DataFrame:
@@ -189,7 +197,7 @@ def load_results(path: str | Path) -> pd.DataFrame:
         if c not in df: df[c] = None
     return df
 
-
+# %% ../nbs/03a_results.ipynb #5fed0f5b
 def _cell_table(results: pd.DataFrame) -> tuple[np.ndarray, list[dict]]:
     """(each row's cell number, the cells): `runs.row_cell` of each distinct combination of the cell's columns
     (tables hold few), so that every aggregation reads a row's cell from that one function."""
@@ -200,7 +208,7 @@ def _cell_table(results: pd.DataFrame) -> tuple[np.ndarray, list[dict]]:
     first = pd.Series(np.arange(len(ids))).groupby(ids).first().to_numpy()
     return ids, [row_cell({c: results[c].iat[i] for c in cols}) for i in first]
 
-
+# %% ../nbs/03a_results.ipynb #3e075d07
 def with_cells(results: pd.DataFrame,
                per_dataset: bool = True,   # False: leave out settings a family's datasets may differ in (`PER_DATASET`)
               ) -> pd.DataFrame:
@@ -215,13 +223,13 @@ def with_cells(results: pd.DataFrame,
     out['cell'] = np.array([' '.join(f'{k}={c[k]}' for k in shown) for c in cells] or [''], dtype=object)[ids]
     return out
 
-
+# %% ../nbs/03a_results.ipynb #04cde301
 def unique_runs(results: pd.DataFrame) -> pd.DataFrame:
     "`results` with each (checkpoint, dataset, lr, seed) of each source and cell once (its first row), whatever table it was built from."
     labelled = with_cells(results)   # sources, protocol cells and settings apart: different runs
     return results[~labelled.duplicated(subset=[*RESULT_KEYS, 'source', 'cell'], keep='first')]
 
-
+# %% ../nbs/03a_results.ipynb #747cdf98
 def tidy_results(results: pd.DataFrame) -> pd.DataFrame:
     """The columns figures need (with `in_paper` where rows carry it, and the protocol axes where a row is off the
     paper's cell), sorted: the small table committed beside rendered figures."""
@@ -236,7 +244,7 @@ def tidy_results(results: pd.DataFrame) -> pd.DataFrame:
     cols = RESULT_COLUMNS + axes + settings + (['in_paper'] if 'in_paper' in df else [])
     return df[cols].sort_values(['checkpoint_name', 'dataset', 'lr', 'seed']).reset_index(drop=True)
 
-
+# %% ../nbs/03a_results.ipynb #fe91d731
 def read_results(path: str | Path) -> pd.DataFrame:
     "A results store (.jsonl) or a tidy results table (.csv)."
     return pd.read_csv(io.BytesIO(read_shared(path))) if str(path).endswith('.csv') else load_results(path)
@@ -248,13 +256,13 @@ def code_version() -> str | None:
     g = git_commit()
     return None if g['commit'] is None else g['commit'][:12] + ('+dirty' if g['dirty'] else '')
 
-
+# %% ../nbs/03a_results.ipynb #9dd53685
 def writer_id() -> str:
     "A writer's unique name: UTC start time, host, pid and a random part (sorts by start time)."
     host = re.sub(r'[^A-Za-z0-9.-]+', '-', HOST)[:40]
     return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{host}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
-
+# %% ../nbs/03a_results.ipynb #1e3ebb12
 def _row_line(row: dict) -> str:
     "The JSON line of a complete row; ValueError naming what is wrong otherwise."
     why = row_problem(row)
@@ -265,14 +273,14 @@ def _row_line(row: dict) -> str:
     if bad: raise ValueError(f'refusing to store run {run_key(row)}: {bad} are not finite numbers (not valid JSON)')
     return to_json(row, indent=None, allow_nan=False)
 
-
+# %% ../nbs/03a_results.ipynb #40767b3b
 def _scores_line(row: dict, split: str, values) -> str:
     a = np.asarray(values, dtype='<f4')
     if not np.isfinite(a).all(): raise ValueError(f'refusing to store run {run_key(row)}: {split} per-example scores are not finite')
     return to_json(dict(row_id=row['row_id'], key=run_key(row), split=split, n=int(a.size),
                         f32_zlib_b64=base64.b64encode(zlib.compress(a.tobytes(), 6)).decode()), indent=None)
 
-
+# %% ../nbs/03a_results.ipynb #411c5eeb
 def _scores_array(entry: dict) -> np.ndarray:
     return np.frombuffer(zlib.decompress(base64.b64decode(entry['f32_zlib_b64'])), dtype='<f4').copy()
 
@@ -284,7 +292,7 @@ def _supersession(chains: dict, row: dict, reason: str) -> dict:
     if now is not None and now.get('row_id'): out['supersedes_row'] = now['row_id']
     return out
 
-
+# %% ../nbs/03a_results.ipynb #b1a2fe31
 class StoreWriter:
     "This process's append-only shard of a results store (rows, and their per-example scores beside them)."
     def __init__(self, store: str | Path, note: str = ''):
@@ -344,7 +352,7 @@ def _legacy_examples(path: Path) -> dict[str, np.ndarray]:
                           f'rows stored before score shards. Restore it from a copy, or move it away: the rows stay, and '
                           f"their per-example scores are rebuilt by re-running those runs (finetune_sweep(cfg, force='why'))") from None
 
-
+# %% ../nbs/03a_results.ipynb #01a7e331
 def read_examples(store: str | Path, split: str = 'test') -> dict[str, np.ndarray]:
     "Run key -> the per-example `split` scores ('val' or 'test') of the row that counts."
     current = current_rows(read_rows(store, warn=False))
@@ -375,7 +383,7 @@ def checkpoint_identity(checkpoint: str) -> str:
         finally: os.close(fd)
     return h.hexdigest()[:16]
 
-
+# %% ../nbs/03a_results.ipynb #4a066787
 def check_checkpoint_name(current: dict, name: str, identity: str, store) -> None:
     "Refuse rows under `name` for a checkpoint other than the one the store already holds under that name."
     other = next((r for r in current.values() if r['checkpoint_name'] == name and r.get('checkpoint_id') not in (None, identity)), None)
@@ -399,7 +407,7 @@ def missing(store: str | Path,            # the results store
         check_settings(current, [r for r in runs if id(r) not in waiting], asked, store)
     return todo
 
-
+# %% ../nbs/03a_results.ipynb #3a439a51
 def check_settings(current: dict,   # run key -> the row that counts (`current_rows`)
                    runs: list[FinetuneRun],  # runs found done
                    asked,           # the settings asked (`runs.sweep_settings`): a dict, or run -> dict

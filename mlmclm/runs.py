@@ -16,17 +16,17 @@ from pathlib import Path
 
 from .core import ConfigError, atomic_write_text, build_config, config_hash, param, project_root
 from .claims import LEASE_S, claim_state, try_claim
-from .vocab import (ADAMW, E3_STEPS, FINETUNE, FINETUNE_OPTIONS, PAPER_LRS, PAPER_SEEDS, PRETRAIN, PROTOCOL_AXES,
-                          SIZE_ORDER, TRAIN_ON, check_protocol_axes, parse_run_name)
+from .vocab import ADAMW, E3_STEPS, PAPER_LRS, PAPER_SEEDS, PRETRAIN, SIZE_ORDER, TRAIN_ON, parse_run_name
+from .finetune_protocol import FINETUNE, FINETUNE_OPTIONS, PROTOCOL_AXES, check_protocol_axes
 
 # %% auto #0
 __all__ = ['SEED_MAX', 'LR_MAX', 'TRACKERS', 'BIPHASIC_CLM_FRACTION', 'FSDP_SIZES', 'FINETUNE_PRESETS', 'KEYED', 'BUDGET',
            'COMPARED', 'RESOLVED', 'CELL', 'PER_DATASET', 'NOT_RECORDED', 'OLDER_ROWS', 'AUTHORS_ROWS', 'comma_numbers',
-           'tracker_names', 'legacy_tensorboard', 'step_defaults', 'PretrainConfig', 'grad_accum', 'default_run_id',
-           'paper_preset', 'pretrain_preset', 'pretrain_config', 'write_paper_configs', 'FinetuneConfig',
-           'finetune_preset', 'finetune_config', 'finetune_grid', 'lr_text', 'run_key', 'FinetuneRun', 'finetune_runs',
-           'row_cell', 'sweep_settings', 'cell_differences', 'claim_status', 'PretrainRun', 'pretrain_run', 'shard_dir',
-           'work_claim_path', 'claim_work']
+           'tracker_names', 'legacy_tensorboard', 'step_defaults', 'PretrainInputs', 'PretrainConfig', 'grad_accum',
+           'default_run_id', 'paper_preset', 'pretrain_preset', 'pretrain_config', 'write_paper_configs',
+           'FinetuneConfig', 'finetune_preset', 'finetune_config', 'finetune_grid', 'lr_text', 'run_key', 'FinetuneRun',
+           'finetune_runs', 'row_cell', 'sweep_settings', 'cell_differences', 'claim_status', 'PretrainRun',
+           'pretrain_run', 'shard_dir', 'work_claim_path', 'claim_work']
 
 # %% ../nbs/00b_runs.ipynb #0c930ab7
 SEED_MAX = 2**32 - 1   # numpy's limit; every seed of the study fits (the paper's are 0-4 and 42)
@@ -57,7 +57,7 @@ def tracker_names(log_with: str | None,  # a comma list of tracker names, or Non
                                   f"allowed: {', '.join(TRACKERS)} (a comma list), or None for none")
     return names
 
-
+# %% ../nbs/00b_runs.ipynb #25395d40
 def legacy_tensorboard(values: dict) -> dict:
     "`values` with the old switch `tensorboard` (before `log_with`) read as `log_with='tensorboard'` (or none), said aloud."
     if 'tensorboard' not in values: return values
@@ -76,9 +76,11 @@ def step_defaults(total_steps: int) -> dict:
                 checkpoint_steps=','.join(str(s) for s in sorted({total_steps // 4, total_steps // 2} - {0})),
                 save_every=max(1, total_steps // 4))
 
-
+# %% ../nbs/00b_runs.ipynb #8a58e9f5
 @dataclass
-class PretrainConfig:
+class PretrainInputs:
+    """What a pretraining run trains: the model, its schedule and masking, where it starts, the data it reads (the
+    first fields of `PretrainConfig`, which adds how it trains)."""
     size: str = param('tiny', 'model size; ignored with init_from', choices=tuple(SIZE_ORDER))
     schedule: str = param('mlm', "'mlm', 'clm', 'mntp', 'biphasic' or phases like 'clm:10000,mntp40:32000', a mixture "
                                  "'50clm+50mlm40:N' or a moving mask ratio 'mlm30to5:N'")
@@ -102,6 +104,11 @@ class PretrainConfig:
                                           "0 replays", low=0)
     store_dir: str | None = param(None, 'where token stores of sources are built and found (<project>/stores)', name=True)
     data_workers: int = param(1, "tokenizing processes when a finite source's store must be built", low=1)
+
+# %% ../nbs/00b_runs.ipynb #a7b8c9d0
+@dataclass
+class PretrainConfig(PretrainInputs):
+    "Every setting of a pretraining run: `PretrainInputs`, then the batch, optimizer, checkpoints, logging and machine."
     seq_len: int = param(128, f'tokens per packed row ({PRETRAIN.seq_len} in the paper)', low=8)
     global_batch: int | None = param(None, f'rows per optimizer step, all processes together ({PRETRAIN.global_batch:,} '
                                            'in the paper); the accumulation is global_batch / (batch_size x processes); None: '
@@ -155,7 +162,7 @@ class PretrainConfig:
         if self.schedule == 'biphasic' and self.clm_steps is None and self.clm_fraction is None:
             self.clm_fraction = BIPHASIC_CLM_FRACTION
 
-
+# %% ../nbs/00b_runs.ipynb #92d74c72
 def grad_accum(global_batch: int | None,  # rows per optimizer step, all processes together (None: no accumulation)
                batch_size: int,            # rows per process per forward pass
                processes: int,             # processes training together
@@ -207,7 +214,7 @@ def paper_preset(name: str) -> dict:
                       warmup_steps=r.cpt_warmup_steps, decay_steps=min(r.cpt_decay_steps, steps - r.cpt_warmup_steps))
     return values
 
-
+# %% ../nbs/00b_runs.ipynb #e7eb5438
 def pretrain_preset(name: str | None) -> dict:
     "The values of a pretraining preset: None or 'demo' (the defaults), or a released model's name."
     if name in (None, 'demo'): return {}
@@ -216,13 +223,13 @@ def pretrain_preset(name: str | None) -> dict:
         raise ConfigError(f"preset={name!r}: use 'demo' (the CPU defaults) or a released model's name such as "
                           f"'610m-clm-10k-mlm40-42k' ({e})") from None
 
-
+# %% ../nbs/00b_runs.ipynb #2a17899d
 def pretrain_config(preset: str | None = None,  # see `pretrain_preset`
                     **overrides) -> PretrainConfig:
     "The checked pretraining config of `preset` with `overrides`: what every launcher runs."
     return build_config(PretrainConfig, legacy_tensorboard({**pretrain_preset(preset), **overrides}))
 
-
+# %% ../nbs/00b_runs.ipynb #55604ed5
 def write_paper_configs(names: list[str], folder: str | Path) -> list[Path]:
     "One `<name>.yaml` of flat scalars per run, for `papermill -f`."
     out = []
@@ -238,7 +245,7 @@ def _option(name: str, what: str):
     o = FINETUNE_OPTIONS[name]
     return param(o.default, f"{what}: " + '; '.join(f"'{k}' = {v}" for k, v in o.meanings.items()), choices=o.choices)
 
-
+# %% ../nbs/00b_runs.ipynb #f656cba8
 @dataclass
 class FinetuneConfig:
     checkpoint: str = param('tiny-random', "checkpoint folder or hub id; 'tiny-random' builds a fresh tiny model", name=True)
@@ -279,7 +286,7 @@ class FinetuneConfig:
 
     def __post_init__(self): tracker_names(self.log_with)   # an unknown tracker is refused here
 
-
+# %% ../nbs/00b_runs.ipynb #9df31fb4
 FINETUNE_PRESETS = {
     'demo': {},   # the defaults: minutes per checkpoint on a CPU
     'paper': dict(lrs=','.join(f'{x:g}' for x in PAPER_LRS), seeds=','.join(map(str, PAPER_SEEDS)), max_steps=None,
@@ -293,12 +300,12 @@ def finetune_preset(name: str | None) -> dict:
     if name not in FINETUNE_PRESETS: raise ConfigError(f'preset={name!r}; choose one of {list(FINETUNE_PRESETS)}')
     return dict(FINETUNE_PRESETS[name])
 
-
+# %% ../nbs/00b_runs.ipynb #93fd74ac
 def finetune_config(preset: str | None = None, **overrides) -> FinetuneConfig:
     "The checked fine-tuning config of `preset` with `overrides`: what every launcher runs."
     return build_config(FinetuneConfig, {**finetune_preset(preset), **overrides})
 
-
+# %% ../nbs/00b_runs.ipynb #624fccfc
 def finetune_grid(cfg: FinetuneConfig) -> tuple[list[float], list[int]]:
     "The learning rates and seeds of `cfg`, checked."
     return comma_numbers(cfg.lrs, 'lrs'), comma_numbers(cfg.seeds, 'seeds', whole=True)
@@ -309,7 +316,7 @@ def lr_text(lr: float) -> str:
     short = f'{lr:g}'
     return short if float(short) == lr else repr(float(lr))
 
-
+# %% ../nbs/00b_runs.ipynb #e8f302a0
 def run_key(row: dict) -> str:
     "The identity of a result row (or the run values given as a dict): see above."
     key = f"{row['checkpoint_name']}|{row['dataset']}|{lr_text(row['lr'])}|{row['seed']}"
@@ -318,7 +325,7 @@ def run_key(row: dict) -> str:
     source = row.get('source')
     return key + (f'|source={source}' if isinstance(source, str) and source != 'ours' else '')
 
-
+# %% ../nbs/00b_runs.ipynb #19de42db
 @dataclass(frozen=True)
 class FinetuneRun:
     "One fine-tuning run (see above): what it trains, the rows it writes (`keys`) and its unit of work (`work`)."
@@ -342,7 +349,7 @@ class FinetuneRun:
     @property
     def work(self) -> str: return run_key(self._as_row(f'train={self.train_task}'))
 
-
+# %% ../nbs/00b_runs.ipynb #fe02cba4
 def finetune_runs(checkpoint_name: str, datasets, lrs, seeds, *, source: str = 'ours',
                   **cell,   # the protocol cell: a value per axis of PROTOCOL_AXES (an axis not named: the paper's)
                  ) -> list[FinetuneRun]:
@@ -368,18 +375,18 @@ OLDER_ROWS = dict(select_step='best', data_source='canonical', special_tokens='b
                   precision_used=None, dataset_revision=None)
 AUTHORS_ROWS = {**OLDER_ROWS, **{k: FINETUNE_OPTIONS[k].default for k in COMPARED if k in FINETUNE_OPTIONS}}
 
-
+# %% ../nbs/00b_runs.ipynb #3c6b38f7
 def _given(v) -> bool:
     "Whether a row holds a value for a setting (a table's missing cell is NaN or None)."
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
-
+# %% ../nbs/00b_runs.ipynb #30559474
 def _plain(v):
     "A setting's value as a row's JSON holds it: numpy scalars as Python's, whole floats as ints (a column with gaps holds 200 as 200.0)."
     if hasattr(v, 'item') and not isinstance(v, (str, bytes)): v = v.item()
     return int(v) if isinstance(v, float) and not isinstance(v, bool) and v.is_integer() else v
 
-
+# %% ../nbs/00b_runs.ipynb #1dc56782
 def row_cell(row: dict) -> dict:
     "Every setting of `row`'s cell (`CELL`): what the row records, else what a row that does not record it ran with."
     source = row.get('source') if isinstance(row.get('source'), str) else 'ours'
@@ -391,14 +398,14 @@ def row_cell(row: dict) -> dict:
         cell[k] = _plain(v) if _given(v) else None if budget_recorded and k in BUDGET else older[k]
     return cell
 
-
+# %% ../nbs/00b_runs.ipynb #9f3256ed
 def sweep_settings(cfg: FinetuneConfig,
                    max_length: int | None = None,   # the token limit of the run's task, used where `cfg` asks for none
                   ) -> dict:
     "The compared settings (`COMPARED`) that a sweep of `cfg` runs with, as its rows record them."
     return {k: (cfg.max_length or max_length) if k == 'max_length' else getattr(cfg, k) for k in COMPARED}
 
-
+# %% ../nbs/00b_runs.ipynb #69680237
 def cell_differences(row: dict, asked: dict) -> dict:
     """{setting: (the row's value, the asked one)} for each setting in `asked` that `row` ran with otherwise; a budget
     the row did not record (`NOT_RECORDED`) or a resolved setting it does not hold is not compared."""
@@ -414,7 +421,7 @@ def claim_status(path: Path, lease_s: float = LEASE_S) -> str:
     state = claim_state(path, lease_s)[0]
     return 'to_do' if state == 'free' else state
 
-
+# %% ../nbs/00b_runs.ipynb #7e47eb6a
 @dataclass(frozen=True)
 class PretrainRun:
     "One pretraining run: its folder, whether it is done, and its claim."
@@ -436,7 +443,7 @@ class PretrainRun:
         "This process's claim on the run (a `mlmclm.claims.Claim`, released by its owner), or None if a live worker holds it."
         return try_claim(self.claim_path, lease_s, note=f'pretraining {self.run_id}')
 
-
+# %% ../nbs/00b_runs.ipynb #b4d607b3
 def pretrain_run(cfg: PretrainConfig) -> PretrainRun:
     "The run a config trains: its `run_id` (or the derived one) under its `out_dir` (or `<project>/runs`)."
     return PretrainRun(cfg.run_id or default_run_id(cfg), Path(cfg.out_dir or project_root()/'runs'))
@@ -446,13 +453,13 @@ def shard_dir(store: str | Path) -> Path:
     "The folder beside a results store: its writers' shards and its claims (a linked store: beside the file it names)."
     return Path(store).resolve().with_suffix('.d')
 
-
+# %% ../nbs/00b_runs.ipynb #ae4a3d5f
 def work_claim_path(store: str | Path, work: str) -> Path:
     "The claim file of `work` in `store`'s claims folder (readable name, plus a hash that keeps it unique)."
     safe = re.sub(r'[^A-Za-z0-9._=-]+', '_', work)[:80]
     return shard_dir(store)/'claims'/f"{safe}-{hashlib.sha1(work.encode()).hexdigest()[:8]}.claim"
 
-
+# %% ../nbs/00b_runs.ipynb #231504cf
 @contextmanager
 def claim_work(store: str | Path, work: str, lease_s: float = LEASE_S):
     "Claim `work` on `store` for the block; yields False (holding nothing) when a live worker has it."

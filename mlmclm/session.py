@@ -41,7 +41,7 @@ def resolve_phases(cfg: PretrainConfig) -> list[Phase]:
     "The schedule of `cfg`, checked."
     return parse_schedule(cfg.schedule, cfg.total_steps, cfg.clm_steps, cfg.clm_fraction, cfg.mask_ratio)
 
-
+# %% ../nbs/01f_session.ipynb #fdc02f0e
 def check_trackers(log_with: str | None) -> list[str]:
     "The trackers `log_with` names; `ConfigError` for an unknown one or one whose package is not installed."
     names = tracker_names(log_with)
@@ -54,7 +54,7 @@ def check_trackers(log_with: str | None) -> list[str]:
                                       f"or leave it out of log_with")
     return names
 
-
+# %% ../nbs/01f_session.ipynb #6270c83e
 def check_pretrain_config(cfg: PretrainConfig) -> list[Phase]:
     "Every check that can fail before any data is read or model built; returns the phases."
     check_trackers(cfg.log_with)
@@ -79,7 +79,7 @@ def check_pretrain_config(cfg: PretrainConfig) -> list[Phase]:
     _check_device(cfg)
     return phases
 
-
+# %% ../nbs/01f_session.ipynb #8c431ed5
 def _check_places(cfg: PretrainConfig) -> None:
     "The run id names a folder inside out_dir; init_from is a model; resume_from holds a training state."
     if cfg.run_id is not None and (not cfg.run_id or re.search(r'[/\\]', cfg.run_id) or cfg.run_id.startswith('.')):
@@ -96,7 +96,7 @@ def _check_places(cfg: PretrainConfig) -> None:
     if cfg.trust_state_from: trusted_uids(cfg.trust_state_from)       # a name that is no user fails here
     if cfg.resume_from is not None: check_state_owner(state_folder(cfg.resume_from), cfg.trust_state_from)
 
-
+# %% ../nbs/01f_session.ipynb #3bca0bbd
 def _checkpoint_tensors(folder):
     "(name, tensor) of every weight of a checkpoint folder's safetensors files, one tensor in memory at a time."
     from safetensors import safe_open
@@ -104,7 +104,7 @@ def _checkpoint_tensors(folder):
         with safe_open(str(file), 'pt') as f:
             for name in f.keys(): yield name, f.get_tensor(name)
 
-
+# %% ../nbs/01f_session.ipynb #30e6e650
 EMPTY_BATCHES_ALLOWED = 1e-3   # expected micro-batches without a masked token over an MLM phase
 
 def _check_masking(cfg: PretrainConfig, phases: list[Phase]) -> None:
@@ -124,7 +124,7 @@ def _check_masking(cfg: PretrainConfig, phases: list[Phase]) -> None:
                                   f'{(1 - ratio) ** tokens:.3g}), whose loss is undefined; use mask_ratio >= '
                                   f'{math.ceil(need * 1000) / 1000:g}, or more tokens per micro-batch')
 
-
+# %% ../nbs/01f_session.ipynb #f88afe86
 def _position_limit(cfg: PretrainConfig) -> tuple[int, str]:
     "The longest row the model is meant for: the init_from checkpoint's (its config read, so a foreign family fails here), else the size's."
     if cfg.init_from and (Path(cfg.init_from)/'config.json').is_file():
@@ -132,7 +132,7 @@ def _position_limit(cfg: PretrainConfig) -> tuple[int, str]:
         return hf.max_position_embeddings, f'init_from={cfg.init_from!r}'
     return model_config(cfg.size).max_position_embeddings, f'size={cfg.size}'
 
-
+# %% ../nbs/01f_session.ipynb #5385f687
 def _check_device(cfg: PretrainConfig) -> None:
     if (cfg.device or '').startswith('cuda') and not torch.cuda.is_available():
         raise ConfigError(f"device={cfg.device!r} but this machine has no CUDA device (torch {torch.__version__}); "
@@ -141,7 +141,7 @@ def _check_device(cfg: PretrainConfig) -> None:
         raise ConfigError("attn_backend='flash' needs a CUDA GPU (flash-attn or torch.nn.attention.varlen); "
                           "use 'auto' or 'sdpa'")
 
-
+# %% ../nbs/01f_session.ipynb #fc1f287e
 def _checkpoint_steps(cfg) -> list[int]:
     try: return sorted({int(s) for s in str(cfg.checkpoint_steps).replace(' ', '').split(',') if s})
     except ValueError: raise ConfigError(f'checkpoint_steps={cfg.checkpoint_steps!r} must be a comma list of integers')
@@ -152,7 +152,7 @@ def _tokenizer_for(cfg: PretrainConfig):
     if cfg.init_from and Path(cfg.init_from, 'tokenizer_config.json').is_file(): return load_tokenizer(cfg.init_from)
     return load_tokenizer('embedded' if cfg.data in EMBEDDED_SOURCES else None)
 
-
+# %% ../nbs/01f_session.ipynb #b8d23cff
 def _build(cfg: PretrainConfig, tokenizer, backend: str) -> Transformer:
     "A fresh model sized to the tokenizer, or the `init_from` checkpoint with the embeddings grown if needed."
     ids = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
@@ -167,7 +167,7 @@ def _build(cfg: PretrainConfig, tokenizer, backend: str) -> Transformer:
     model.config = dataclasses.replace(model.config, **ids)
     return model
 
-
+# %% ../nbs/01f_session.ipynb #9215a993
 def _resize_vocab(model: Transformer, vocab_size: int) -> Transformer:
     cfg = dataclasses.replace(model.config, vocab_size=vocab_size)
     new = Transformer(cfg)
@@ -178,7 +178,7 @@ def _resize_vocab(model: Transformer, vocab_size: int) -> Transformer:
     new.load_state_dict(sd)
     return new
 
-
+# %% ../nbs/01f_session.ipynb #6f236947
 def _backend(cfg: PretrainConfig, device) -> str:
     if cfg.attn_backend != 'auto': return cfg.attn_backend
     return default_backend(device)
@@ -238,7 +238,7 @@ def _fsdp_plugin():
                                           transformer_cls_names_to_wrap=['Block'], reshard_after_forward=True,
                                           state_dict_type='SHARDED_STATE_DICT', mixed_precision_policy=mixed)
 
-
+# %% ../nbs/01f_session.ipynb #97ba6f2e
 def _fsdp_on_cpu(acc, plugin) -> None:
     "Make accelerate take its FSDP2 path over gloo (it does so by itself only on GPU-like devices)."
     from accelerate.state import PartialState
@@ -247,7 +247,7 @@ def _fsdp_on_cpu(acc, plugin) -> None:
     acc.state.distributed_type, acc.state.fsdp_plugin = DistributedType.FSDP, plugin
     if not acc.is_fsdp2: raise RuntimeError('accelerate did not switch to FSDP2 on CPU')
 
-
+# %% ../nbs/01f_session.ipynb #9de44c20
 def _accelerator(cfg: PretrainConfig):
     from accelerate import Accelerator
     device = pick_device(cfg.device)
@@ -261,7 +261,7 @@ def _accelerator(cfg: PretrainConfig):
     if acc.num_processes > 1 and not acc.is_fsdp2: _fsdp_on_cpu(acc, plugin)
     return acc
 
-
+# %% ../nbs/01f_session.ipynb #d592a754
 def _session(acc) -> str:
     "The main process's id, known to every process: it names this session's temporary folders."
     from accelerate.utils import broadcast_object_list
@@ -311,7 +311,7 @@ def _rows_per_step(config: dict, processes: int) -> int:
     if config.get('global_batch') is not None: return config['global_batch']
     return config['batch_size'] * config.get('grad_accum', 1) * processes
 
-
+# %% ../nbs/01f_session.ipynb #280aebf4
 def _config_changes(old: dict, cfg: PretrainConfig, old_processes: int = 1, processes: int = 1) -> dict:
     "The fields that change what is computed and differ from the recorded `old` config (a field it predates counts as its default)."
     new = json.loads(to_json(dataclasses.asdict(cfg)))
@@ -321,7 +321,7 @@ def _config_changes(old: dict, cfg: PretrainConfig, old_processes: int = 1, proc
     rows = (_rows_per_step(old, old_processes), _rows_per_step(new, processes))
     return changes | ({'rows per step': rows} if rows[0] != rows[1] else {})
 
-
+# %% ../nbs/01f_session.ipynb #ffb3601a
 def _check_reuse(folder: Path, run_id: str, cfg: PretrainConfig, processes: int) -> tuple[list, dict | None]:
     "The config history to keep, and the replaced config (resume_anyway); refuses, or moves aside, a folder trained otherwise."
     trained = state_folder(folder/'state') or any((folder/'checkpoints').glob('step-*')) or any(folder.glob('.state.*'))
@@ -340,7 +340,7 @@ def _check_reuse(folder: Path, run_id: str, cfg: PretrainConfig, processes: int)
     print(f'force_new: the earlier run ({shown}) was moved to {aside}')
     return [], None
 
-
+# %% ../nbs/01f_session.ipynb #3569423f
 def _claim_run(cfg: PretrainConfig, acc):
     "The main process claims the run (None elsewhere); every process raises `ClaimHeld` if a live worker holds it."
     run, held, refusal = pretrain_run(cfg), None, None
@@ -361,7 +361,7 @@ def _claim_run(cfg: PretrainConfig, acc):
     if refusal: raise ClaimHeld(refusal)
     return held
 
-
+# %% ../nbs/01f_session.ipynb #b6ed00e1
 def _run_folder(cfg: PretrainConfig, acc) -> tuple[Path, str, list, dict | None, list]:
     "The run folder (created), its id, config history, replaced config, and the repairs of interrupted swaps."
     run = pretrain_run(cfg)
@@ -388,19 +388,19 @@ def _data_offset(cfg: PretrainConfig, store: TokenStore, extra: dict | None) -> 
         return seen['end_token'], f"after the {seen['end_token']:,} tokens init_from saw"
     return 0, 'the start' + (' (init_from was trained on another store)' if seen else '')
 
-
+# %% ../nbs/01f_session.ipynb #1ba84e55
 HELDOUT_SEED = 0   # one masking of the held-out rows for every run, so that runs of one objective compare on the same targets
 
 def heldout_rows_of(store_tokens: int, rows: int, seq_len: int) -> int:
     "The held-out rows a store of `store_tokens` tokens gives: `rows`, but never more than an eighth of its full rows."
     return min(rows, store_tokens // seq_len // 8)
 
-
+# %% ../nbs/01f_session.ipynb #37be6f71
 def heldout_first_token(store_tokens: int, rows: int, seq_len: int) -> int:
     "Where the held-out rows begin: the store's last `heldout_rows_of(...)` full rows of `seq_len` tokens."
     return (store_tokens // seq_len - heldout_rows_of(store_tokens, rows, seq_len)) * seq_len
 
-
+# %% ../nbs/01f_session.ipynb #2e9338c2
 def _heldout_record(run: Run, end: int) -> dict | None:
     "Where the held-out rows lie, and whether this run's training rows reach them (said aloud when they do)."
     if not run.heldout_rows: return None
@@ -414,7 +414,7 @@ def _heldout_record(run: Run, end: int) -> dict | None:
     return dict(first_token=held, rows=run.heldout_rows, every=run.cfg.heldout_every, seed=HELDOUT_SEED,
                 read_in_training=end > held)
 
-
+# %% ../nbs/01f_session.ipynb #b204221b
 def _data_record(run: Run, why: str) -> dict:
     "The store and the token range this run reads; a loud warning if it runs past the store's end."
     first, n = run.data_offset, len(run.store)
@@ -429,13 +429,13 @@ def _data_record(run: Run, why: str) -> dict:
         print(f'WARNING: {msg}', file=sys.stderr)
     return record
 
-
+# %% ../nbs/01f_session.ipynb #cac2bfcb
 def _phase_flops(run: Run, phase: Phase) -> float:
     "Training FLOPs per token of `phase` (`mlmclm.sizes.flops_per_token`): MLM's sparse head computes the LM head at the masked positions only."
     return flops_per_token(run.raw_model.config, run.cfg.seq_len, phase.objective, phase.mask_ratio or 0.0,
                            run.cfg.sparse_head)
 
-
+# %% ../nbs/01f_session.ipynb #f087a2b1
 def _record(run: Run, state: TrainState, why: str, history: list, replaced: dict | None, repairs: list) -> None:
     "Write `run.json`: the config, the data range, what ran, and how this session started."
     if replaced is not None: history = history + [dict(config=replaced, until_step=state.step)]
@@ -461,14 +461,14 @@ def _resume(run: Run) -> tuple[TrainState, dict | None]:
     if run.is_main: _truncate_metrics(run.folder/'metrics.jsonl', state.step)   # also a session killed before its first save
     return state, extra
 
-
+# %% ../nbs/01f_session.ipynb #93dece9e
 def _truncate_metrics(path: Path, step: int) -> None:
     "Drop the metrics rows a killed session logged after the state it resumes from: they are logged again."
     if not path.exists(): return
     text = ''.join(to_json(r, indent=None) + '\n' for r in read_jsonl(path) if r.get('step', 0) <= step)
     if text != path.read_text(encoding='utf-8'): atomic_write_text(path, text)
 
-
+# %% ../nbs/01f_session.ipynb #f11cfa13
 def setup(cfg: PretrainConfig,  # a checked config (`mlmclm.runs.pretrain_config`)
          ) -> tuple[Run, TrainState]:
     "Everything a run needs, built in a fixed order (checks, claim, data, folder, seed, model, processes, resume), and where it starts."
@@ -481,12 +481,12 @@ def setup(cfg: PretrainConfig,  # a checked config (`mlmclm.runs.pretrain_config
         if held is not None: held.release()
         raise
 
-
+# %% ../nbs/01f_session.ipynb #1b5d9dec
 def _compiles(cfg: PretrainConfig, device) -> bool:
     "Whether the run compiles its blocks: as `compile` says, or on CUDA when it says nothing."
     return cfg.compile if cfg.compile is not None else torch.device(device).type == 'cuda'
 
-
+# %% ../nbs/01f_session.ipynb #e5cfabe6
 def _memory(run) -> dict:
     "The estimated peak memory of one process of `run` (`mlmclm.sizes.memory_estimate`, measured for its shape) in its costliest phase."
     cfg = run.cfg
@@ -499,20 +499,20 @@ def _memory(run) -> dict:
                                compiled=_compiles(cfg, run.acc.device), **MEASURED)
     return max(map(estimate, run.phases), key=lambda e: e['peak_gib'])
 
-
+# %% ../nbs/01f_session.ipynb #592750cd
 def _device_memory(device) -> int | None:
     "The bytes of memory of the card `device`; None on a CPU (host memory is not what the estimate models)."
     device = torch.device(device)
     return torch.cuda.get_device_properties(device).total_memory if device.type == 'cuda' else None
 
-
+# %% ../nbs/01f_session.ipynb #db1b5e75
 def _warn(run, msg: str) -> None:
     "A loud warning from the main process: a Python warning and a line on stderr."
     if not run.is_main: return
     warnings.warn(msg, RuntimeWarning, stacklevel=3)
     print(f'WARNING: {msg}', file=sys.stderr)
 
-
+# %% ../nbs/01f_session.ipynb #ac9631fd
 def _check_layout(run) -> None:
     "Say so when `fsdp=True` shards nothing (one process) and when the estimated peak exceeds the card's memory."
     if run.cfg.fsdp and run.acc.num_processes == 1:
@@ -525,7 +525,7 @@ def _check_layout(run) -> None:
                    f'the run will likely run out of memory. Lower batch_size (the accumulation grows to keep '
                    f'global_batch), set ce_chunk or gradient_checkpointing=True, or shard over more processes (fsdp=True)')
 
-
+# %% ../nbs/01f_session.ipynb #0d357512
 def _setup_claimed(cfg: PretrainConfig, acc, phases: list, accumulation: int, held) -> tuple[Run, TrainState]:
     "The rest of `setup` once the run is ours: data, folder, seed, model, processes, resume, record."
     tokenizer = _tokenizer_for(cfg)

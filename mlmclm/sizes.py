@@ -71,6 +71,7 @@ MODEL_SIZES: dict[str, dict] = {
                  intermediate_size=5120),
 }
 
+# %% ../nbs/00d_sizes.ipynb #d3c1709a
 def model_config(size: str | ModelConfig = 'tiny',  # a key of `MODEL_SIZES`, or a ready config
                  **overrides) -> ModelConfig:         # any `ModelConfig` field, checked
     "The `ModelConfig` of a named size with `overrides` applied."
@@ -113,7 +114,7 @@ def flops_per_token(cfg: str | ModelConfig,      # a key of `MODEL_SIZES` or a `
     attn = 12 * cfg.num_hidden_layers * (seq_len if attn_len is None else attn_len) * cfg.num_attention_heads * cfg.head_dim
     return 6 * (n['body'] + head_share * n['head']) + attn
 
-
+# %% ../nbs/00d_sizes.ipynb #6c6fc4f4
 def phase_flops_per_token(cfg: str | ModelConfig,  # a key of `MODEL_SIZES` or a `ModelConfig`
                           seq_len: int,            # tokens per row
                           phase: Phase,            # plain, a mixture or a moving ratio
@@ -130,6 +131,7 @@ class Peak:
     flops: float   # dense bf16 FLOP/s of one device (one die for multi-die boards)
     source: str    # where the figure comes from
 
+# %% ../nbs/00d_sizes.ipynb #b0b90501
 _NV = 'https://www.nvidia.com/en-us/data-center/'
 _H100, _H200, _GH200 = (_NV + 'h100/', _NV + 'h200/', _NV + 'grace-hopper-superchip/')
 _A100, _AMD = (_NV + 'a100/', 'https://www.amd.com/en/products/accelerators/instinct/')
@@ -158,7 +160,7 @@ PEAK_FLOPS: dict[str, Peak] = {   # torch.cuda.get_device_name(...) -> peak; den
 }
 PLANNER_GPU = 'NVIDIA H100 80GB HBM3'   # the card `study plan` prices GPU hours on by default
 
-
+# %% ../nbs/00d_sizes.ipynb #e90466e3
 def peak_flops(name: str) -> float | None:
     "Dense bf16 peak FLOP/s of the device called `name` (exactly as `torch.cuda.get_device_name` says), else None."
     return PEAK_FLOPS[name].flops if name in PEAK_FLOPS else None
@@ -190,7 +192,7 @@ def block_shape(cfg: ModelConfig) -> tuple:
     return (cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
             cfg.attention_bias, cfg.attn_backend)
 
-
+# %% ../nbs/00d_sizes.ipynb #b285635f
 # bytes per token per block, as `mlmclm.objectives.activation_bytes` measures them: (size, kernel) -> {(bf16, checkpointed): bytes}
 ACTIVATION_BYTES = {
     ('tiny', 'sdpa'):  {(True, False): 7464.0, (True, True): 512.0, (False, False): 11320.0, (False, True): 512.0},
@@ -227,18 +229,18 @@ COMPILED_ACTIVATION_BYTES = {
 LOGIT_BYTES = {(True, False): 11.859390258789062, (True, True): 11.015716552734375, (False, False): 11.718765258789062,
                (False, True): 11.000091552734375}
 
-
+# %% ../nbs/00d_sizes.ipynb #9e5be119
 @functools.lru_cache(maxsize=None)
 def _stored_shapes() -> dict:
     return {block_shape(model_config(size, attn_backend=kernel)): table for (size, kernel), table in ACTIVATION_BYTES.items()}
 
-
+# %% ../nbs/00d_sizes.ipynb #004df80a
 @functools.lru_cache(maxsize=None)
 def _stored_compiled_shapes() -> dict:
     return {block_shape(model_config(size, attn_backend=kernel)): table
             for (size, kernel), table in COMPILED_ACTIVATION_BYTES.items()}
 
-
+# %% ../nbs/00d_sizes.ipynb #99cadd49
 def stored_activation_bytes(cfg: ModelConfig,          # its block shape must be a named size's (`block_shape`)
                             bf16: bool = True,         # under bf16 autocast (GPU) or in fp32
                             checkpointed: bool = False,  # activation checkpointing: what a block keeps is its input
@@ -255,7 +257,7 @@ def stored_activation_bytes(cfg: ModelConfig,          # its block shape must be
                           f'this one with memory_estimate(..., **mlmclm.objectives.MEASURED)')
     return table[bf16] if compiled else table[(bf16, checkpointed)]
 
-
+# %% ../nbs/00d_sizes.ipynb #9a5ec587
 def stored_logit_bytes(bf16: bool = True, chunked: bool = False) -> float:
     "Peak bytes per logit of the LM head and its cross-entropy, forward and backward, from `LOGIT_BYTES`."
     return LOGIT_BYTES[(bf16, chunked)]
@@ -303,7 +305,7 @@ def memory_estimate(size,                         # a key of MODEL_SIZES or a `M
                 weights_gib=s['weights'] / GIB, gradients_gib=s['gradients'] / GIB, optimizer_gib=s['optimizer'] / GIB, activations_gib=kept / GIB,
                 loss_gib=loss / GIB, peak_gib=peak / GIB)
 
-
+# %% ../nbs/00d_sizes.ipynb #e81f2bca
 def memory_line(e: dict) -> str:
     "One line for logs and plans: the estimate and the settings it is for."
     opts = ', '.join(k for k, on in (('sparse head', e['sparse_head'] and Phase(e['objective'], 1).masked),

@@ -35,7 +35,7 @@ STATE_MANIFEST = 'checksums.json'   # the last file of a training state: bytes a
 def _everyone(run) -> None:
     if run is not None: run.acc.wait_for_everyone()
 
-
+# %% ../nbs/01e_state.ipynb #31baed4d
 def _sync_tree(folder: Path) -> None:
     "Flush every file under `folder`, then the folder, to disk."
     for p in sorted(folder.rglob('*')):
@@ -45,7 +45,7 @@ def _sync_tree(folder: Path) -> None:
     try: os.fsync(fd)
     finally: os.close(fd)
 
-
+# %% ../nbs/01e_state.ipynb #2fcb184a
 def atomic_dir(final: Path, write, run=None) -> Path:
     "Every process calls `write(tmp)`; the main one marks `tmp` complete and swaps it onto `final` with two renames."
     final = Path(final)
@@ -72,7 +72,7 @@ def atomic_dir(final: Path, write, run=None) -> Path:
     _everyone(run)
     return final
 
-
+# %% ../nbs/01e_state.ipynb #fa5a3f79
 FULL_DISK_BYTES = 64 * 2**20   # a write that failed with less free space than this left was stopped by a full disk
 
 def _write_failed(final: Path, tmp: Path, error: BaseException) -> OSError | None:
@@ -90,10 +90,10 @@ def _write_failed(final: Path, tmp: Path, error: BaseException) -> OSError | Non
                    f'({_size(written)}) was removed and {kept}. Free space there (or point out_dir elsewhere) '
                    f'and run again: it resumes from the last state saved')
 
-
+# %% ../nbs/01e_state.ipynb #f271ccc7
 def _size(n: int) -> str: return f'{n / 2**30:.2f} GiB' if n >= 2**30 else f'{n / 2**20:.1f} MiB'
 
-
+# %% ../nbs/01e_state.ipynb #9e822dfc
 def _mounted_from(mount: Path) -> str:
     "' (<device>, <type>)' of the file system mounted at `mount`, from /proc/mounts where there is one."
     try: rows = [line.split() for line in Path('/proc/mounts').read_text().splitlines()]
@@ -101,7 +101,7 @@ def _mounted_from(mount: Path) -> str:
     found = [r for r in rows if len(r) > 2 and r[1] == str(mount)]
     return f' ({found[-1][0]}, {found[-1][2]})' if found else ''
 
-
+# %% ../nbs/01e_state.ipynb #50484525
 def _first_failure(error: BaseException) -> str:
     "One line of what failed: the first process's error inside DCP's `CheckpointException` (its text is whole tracebacks)."
     failures = getattr(error, 'failures', None)
@@ -110,7 +110,7 @@ def _first_failure(error: BaseException) -> str:
         error = first[0] if isinstance(first, tuple) else first
     return f'{type(error).__name__}: {" ".join(str(error).split())[:300]}'
 
-
+# %% ../nbs/01e_state.ipynb #1e583823
 def _no_space(error: BaseException) -> bool:
     "Whether `error`, or an error it wraps (its causes; DCP's per-process failures), is ENOSPC or EDQUOT."
     seen, todo = set(), [error]
@@ -124,7 +124,7 @@ def _no_space(error: BaseException) -> bool:
         todo += [e.__cause__, e.__context__, *wrapped]
     return False
 
-
+# %% ../nbs/01e_state.ipynb #b317ac1d
 def recover_swaps(parent: Path) -> list[str]:
     "Repair what a killed `atomic_dir` left in `parent`: a missing folder gets its newest complete copy back; leftovers go. One line per repair."
     copies = {}
@@ -145,7 +145,7 @@ def recover_swaps(parent: Path) -> list[str]:
             if p.exists(): shutil.rmtree(p, ignore_errors=True)
     return notes
 
-
+# %% ../nbs/01e_state.ipynb #7377dcd1
 def state_folder(path: str | Path) -> Path | None:
     "`path` if it holds a training state (or what is left of one), its `state/` if it is a checkpoint that carries one, else None."
     for p in (Path(path), Path(path)/'state'):
@@ -163,7 +163,7 @@ class TrainState:
 # %% ../nbs/01e_state.ipynb #6b86a3cf
 def _optimizer(optimizer): return getattr(optimizer, 'optimizer', optimizer)   # accelerate's wrapper -> torch's
 
-
+# %% ../nbs/01e_state.ipynb #619833e3
 @contextlib.contextmanager
 def _quiet_dcp():
     "DCP warns that it runs without a process group when there is one process; that is what we want."
@@ -171,7 +171,7 @@ def _quiet_dcp():
         warnings.filterwarnings('ignore', message='.*torch.distributed is disabled.*')
         yield
 
-
+# %% ../nbs/01e_state.ipynb #d3059c68
 def write_state(run, state, folder: Path) -> None:
     "Every process: its shards of weights and optimizer (DCP); the main process: `trainer.pt` (schedule, step, RNG, data position), then the checksums."
     import torch.distributed.checkpoint as dcp
@@ -189,29 +189,29 @@ def write_state(run, state, folder: Path) -> None:
                         extra=json.dumps(extra)), folder/'trainer.pt')
         _seal_written(folder, {k: v for table in hashed for k, v in table.items()})
 
-
+# %% ../nbs/01e_state.ipynb #d0072785
 def _everyones(run, value) -> list:
     "`value` of every process, in process order (every process calls it)."
     if run.acc.num_processes == 1: return [value]
     from accelerate.utils import gather_object
     return gather_object([value])
 
-
+# %% ../nbs/01e_state.ipynb #e343ed39
 def _shards_of(folder: Path, rank: int) -> list[Path]:
     "The shard files process `rank` wrote into a DCP folder (DCP names them `__<rank>_<n>.distcp`)."
     return sorted(p for p in folder.glob(f'__{rank}_*.distcp') if re.fullmatch(rf'__{rank}_\d+\.distcp', p.name))
 
-
+# %% ../nbs/01e_state.ipynb #b89a3216
 def _hash_files(paths: list[Path]) -> dict:
     "Bytes and SHA-256 of each file, by name."
     return {p.name: dict(bytes=p.stat().st_size, sha256=_sha256(p)) for p in paths}
 
-
+# %% ../nbs/01e_state.ipynb #30f18c42
 def save_training_state(run, state) -> Path:
     "The run's full state into `state/`, atomically (every process calls it)."
     return atomic_dir(run.state_dir, lambda tmp: write_state(run, state, tmp), run)
 
-
+# %% ../nbs/01e_state.ipynb #248cc865
 def load_training_state(run, folder: Path):
     """Check the state `folder`, then restore weights, Adam's moments, the schedule's step and the RNG into the prepared
     run (every process), under this run's own optimizer settings; returns `(TrainState, extra)`."""
@@ -223,13 +223,13 @@ def load_training_state(run, folder: Path):
     _apply_optimizer_settings(run, settings)
     return state, extra
 
-
+# %% ../nbs/01e_state.ipynb #3b2e1349
 def _optimizer_settings(run) -> tuple[list[dict], list]:
     "This run's optimizer hyperparameters (each param group's, as `setup` built them from its config) and its schedule's peak LRs."
     groups = [{k: v for k, v in g.items() if k != 'params'} for g in _optimizer(run.optimizer).param_groups]
     return groups, list(run.scheduler.base_lrs)
 
-
+# %% ../nbs/01e_state.ipynb #1a0dec23
 def _apply_optimizer_settings(run, settings: tuple[list[dict], list]) -> None:
     "Put this run's LR, betas, eps and weight decay back over a loaded state's, at the restored schedule step (Adam's moments stay as loaded)."
     groups, base_lrs = settings
@@ -240,7 +240,7 @@ def _apply_optimizer_settings(run, settings: tuple[list[dict], list]) -> None:
         group['lr'] = base * lr_at(schedule.last_epoch)      # LambdaLR's own formula: a plain resume is unchanged
     schedule._last_lr = [group['lr'] for group in opt.param_groups]
 
-
+# %% ../nbs/01e_state.ipynb #0abf2cde
 def _load_dcp_state(run, folder: Path):
     "Weights and optimizer (DCP), then schedule, RNG and the run's data position (`trainer.pt`), from a checked state."
     import torch.distributed.checkpoint as dcp
@@ -258,7 +258,7 @@ def _load_dcp_state(run, folder: Path):
     torch.set_rng_state(trainer['torch_rng'])
     return TrainState(trainer['step'], extra.get('tokens_seen', 0)), extra
 
-
+# %% ../nbs/01e_state.ipynb #ad6f3eab
 def _legacy_file(folder: Path, name: str, read):
     "`read(path)` of a file of an earlier version's state; a damaged file is an error naming it and the checkpoints."
     try: return read(folder/name)
@@ -266,7 +266,7 @@ def _legacy_file(folder: Path, name: str, read):
         raise StateError(f'the training state {folder} cannot be resumed: {folder/name} is damaged ({type(e).__name__}: '
                          f'{str(e)[:200]}). {_resume_instead(folder)}') from None
 
-
+# %% ../nbs/01e_state.ipynb #bad4ee57
 def _load_legacy_state(run, folder: Path):
     "A state written before DCP (`model.safetensors` + `state.pt`, both read without running code): one full copy, so not under FSDP."
     from safetensors.torch import load_file
@@ -287,17 +287,17 @@ STATE_CHECKSUMS = 'mlmclm-state-checksums/1'   # the format of `checksums.json`
 class StateError(ConfigError):
     "A training state that cannot be resumed (damaged, unchecked or planted files); says which file, and where to resume instead."
 
-
+# %% ../nbs/01e_state.ipynb #84d51399
 def _sha256(path: Path) -> str:
     with open(path, 'rb') as f: return hashlib.file_digest(f, 'sha256').hexdigest()
 
-
+# %% ../nbs/01e_state.ipynb #0d663bc0
 def _state_files(folder: Path) -> dict[str, Path]:
     "Every file under a state folder but its checksums and `.complete` mark, by its path relative to the folder."
     files = {p.relative_to(folder).as_posix(): p for p in sorted(Path(folder).rglob('*')) if p.is_file()}
     return {k: p for k, p in files.items() if k not in (STATE_MANIFEST, COMPLETE)}
 
-
+# %% ../nbs/01e_state.ipynb #4163d1b5
 def seal_state(folder: str | Path  # a training-state folder whose files are as they were written
               ) -> Path:
     "Write `checksums.json` (bytes and SHA-256 of every other file) into `folder`, atomically; by hand only for a state you trust."
@@ -306,14 +306,14 @@ def seal_state(folder: str | Path  # a training-state folder whose files are as 
     files = {k: dict(bytes=p.stat().st_size, sha256=_sha256(p)) for k, p in _state_files(folder).items()}
     return atomic_write_json(folder/STATE_MANIFEST, dict(format=STATE_CHECKSUMS, files=files))
 
-
+# %% ../nbs/01e_state.ipynb #402ed453
 def _seal_written(folder: Path, hashed: dict) -> Path:
     "`checksums.json` of a state just written: the files in `hashed` (name -> bytes and SHA-256, hashed by the processes that wrote them) as given, every other file hashed here."
     files = {k: hashed[k] if k in hashed else dict(bytes=p.stat().st_size, sha256=_sha256(p))
              for k, p in _state_files(folder).items()}
     return atomic_write_json(folder/STATE_MANIFEST, dict(format=STATE_CHECKSUMS, files=files))
 
-
+# %% ../nbs/01e_state.ipynb #a41628f1
 def _read_checksums(folder: Path) -> dict | str:
     "The `files` table of the folder's `checksums.json`, or what is wrong with it."
     path = folder/STATE_MANIFEST
@@ -330,7 +330,7 @@ def _read_checksums(folder: Path) -> dict | str:
         return f'{path} is not a checksum table of format {STATE_CHECKSUMS!r}'
     return files
 
-
+# %% ../nbs/01e_state.ipynb #3dc69d61
 def _hash_share(files: dict, rank: int, processes: int) -> set:
     "The files process `rank` of `processes` hashes: the largest first, each to the process with the fewest bytes so far."
     load, share = [0] * processes, set()
@@ -340,7 +340,7 @@ def _hash_share(files: dict, rank: int, processes: int) -> set:
         if least == rank: share.add(name)
     return share
 
-
+# %% ../nbs/01e_state.ipynb #c3885928
 def _checksum_problems(folder: Path, rank: int = 0, processes: int = 1):
     """Each disagreement between the state `folder`'s `checksums.json` and its files (its own fault, if it is unreadable),
     said two ways: `(short, full)`, the short one in a list of the folder's faults, the full one on its own. A file added
@@ -364,11 +364,13 @@ def _checksum_problems(folder: Path, rank: int = 0, processes: int = 1):
             yield (f'{name} fails its checksum',
                    f"{folder/name} fails its checksum (sha256 {got[:12]}..., the manifest says {want[:12]}...)")
 
-
+# %% ../nbs/01e_state.ipynb #f783ac3a
 def _shares_files(a: Path, b: Path) -> bool:
     "Whether the state folders `a` and `b` hold the same file (a hard link) under some name."
     same = lambda p, q: p.is_file() and q.is_file() and os.path.samefile(p, q)
     return any(same(p, b/p.relative_to(a)) for p in a.rglob('*'))
+
+# %% ../nbs/01e_state.ipynb #351387ff
 def _unsealable(folder: Path) -> str | None:
     "Why `folder` must not be sealed: it is no training-state folder (what it lacks), or its existing checksums disagree with its files (which)."
     if not folder.exists(): return 'it does not exist'
@@ -385,13 +387,13 @@ def _unsealable(folder: Path) -> str | None:
                 f"trust them, delete {folder/STATE_MANIFEST} first")
     return None
 
-
+# %% ../nbs/01e_state.ipynb #8d47fe0a
 def _user(uid: int) -> str:
     "The name of user `uid` (its number, where this system has no name for it)."
     try: return pwd.getpwuid(uid).pw_name
     except KeyError: return str(uid)
 
-
+# %% ../nbs/01e_state.ipynb #776194b6
 def trusted_uids(trust: str | None  # `trust_state_from`: None (you alone), user names or uids (comma list), or 'any'
                 ) -> set[int] | None:
     "The users whose training states a run may resume: you and those `trust` names; None for anyone."
@@ -405,7 +407,7 @@ def trusted_uids(trust: str | None  # `trust_state_from`: None (you alone), user
                               f"uids (a comma list), or 'any'") from None
     return uids
 
-
+# %% ../nbs/01e_state.ipynb #0d1aa353
 def check_state_owner(folder: str | Path,        # a training-state folder
                       trust: str | None = None,  # `trust_state_from` (`trusted_uids`)
                      ) -> None:
@@ -421,7 +423,7 @@ def check_state_owner(folder: str | Path,        # a training-state folder
                          f"rewrite it too). Nothing was read from it. If you trust {owner!r}: trust_state_from={owner!r} "
                          f"(or 'any'); else start from their model checkpoint with init_from= (weights only, no pickle)")
 
-
+# %% ../nbs/01e_state.ipynb #5d931f99
 def _resume_instead(folder: Path) -> str:
     "Where to resume from instead of the state `folder`: the checkpoints of its run that carry a state."
     run = folder.parent.parent.parent if folder.parent.parent.name == 'checkpoints' else folder.parent
@@ -434,7 +436,7 @@ def _resume_instead(folder: Path) -> str:
     return (f'Checkpoints of this run with a state: {listed}. To resume from the latest (the steps after it are trained '
             f'again, to the same weights): rm -r {folder} && cp -r {steps[-1][1]} {folder}')
 
-
+# %% ../nbs/01e_state.ipynb #f537d2ca
 def check_state(folder: str | Path,  # a training-state folder
                 run=None,            # a prepared `Run`: its processes share the hashing (every process calls it); None: all here
                ) -> None:
@@ -463,7 +465,7 @@ def check_same_store(store: TokenStore,  # the store this run opened
                      f"on_config_change='resume_anyway' for its own run id); to train on the new data, start a new run "
                      f"(another run_id)")
 
-
+# %% ../nbs/01e_state.ipynb #bad5bdfc
 def _recorded_store(folder: Path, store_id: str) -> str:
     "Where store `store_id`, read by the state `folder`, lies, as its run's records say (a checkpoint's `mlmclm.json`, the run's `run.json`)."
     for record in (folder.parent/'mlmclm.json', folder.parent/'run.json', folder.parent.parent.parent/'run.json'):
@@ -472,4 +474,3 @@ def _recorded_store(folder: Path, store_id: str) -> str:
         if data.get('store_id') == store_id and data.get('store'):
             return f"folder {data['store']}" + ('' if Path(data['store']).is_dir() else ', no longer there')
     return 'its folder is not recorded'
-

@@ -35,7 +35,7 @@ def _save_npy(path: Path, array: np.ndarray) -> str:
         with open(tmp, 'wb') as f: np.save(f, array)
     with open(path, 'rb') as f: return hashlib.file_digest(f, 'sha256').hexdigest()
 
-
+# %% ../nbs/01ab_store.ipynb #d369efa0
 class _ShardWriter:
     "Fills shards of exactly `shard_tokens` tokens and records each in the manifest the moment it lands."
     def __init__(self, folder: Path, manifest: dict):
@@ -91,7 +91,7 @@ def _npy_problem(path: Path, length: int, dtype: str, what: str) -> str | None:
     if (size := path.stat().st_size) != expected: return f'{path} is {size} bytes, {expected} expected from its header'
     return None
 
-
+# %% ../nbs/01ab_store.ipynb #9fc54e3a
 def _check_shard(folder: Path, entry: dict, dtype: str,  # the manifest's shard `entry` and token dtype
                  checksums: bool = True,                 # also hash both files (else only their headers and sizes)
                 ) -> str | None:
@@ -105,7 +105,7 @@ def _check_shard(folder: Path, entry: dict, dtype: str,  # the manifest's shard 
             return f"{path} fails its checksum (sha256 {got[:12]}..., the manifest says {entry['sha256'][part][:12]}...)"
     return None
 
-
+# %% ../nbs/01ab_store.ipynb #8ab04d7d
 def _layout_problem(m: dict) -> str | None:
     "What in a manifest disagrees with itself: shard sizes with `shard_tokens`; for a finished store, totals with the shards."
     sizes = [s['tokens'] for s in m['shards']]
@@ -118,7 +118,7 @@ def _layout_problem(m: dict) -> str | None:
         return f"n_documents={m['n_documents']} but its shards hold {docs:,} documents"
     return None
 
-
+# %% ../nbs/01ab_store.ipynb #517e612b
 def _reopen_from(m: dict, index: int, why: str) -> None:
     "Drop shard `index` and those after it; the build continues where shard `index` began."
     if index >= len(m['shards']): return
@@ -126,7 +126,7 @@ def _reopen_from(m: dict, index: int, why: str) -> None:
     m['cursor'] = m['shards'][index]['begins_at']
     m['shards'], m['complete'] = m['shards'][:index], False
 
-
+# %% ../nbs/01ab_store.ipynb #3f0292e1
 def _resume_manifest(folder: Path, m: dict, max_tokens: int | None) -> dict:
     "An existing manifest made ready to continue: bad shards dropped, a short last shard reopened, the new cap applied."
     bad = next(((i, e) for i, s in enumerate(m['shards']) if (e := _check_shard(folder, s, m['dtype']))), None)
@@ -150,7 +150,7 @@ def _resume_manifest(folder: Path, m: dict, max_tokens: int | None) -> dict:
             else: m['complete'] = False
     return m
 
-
+# %% ../nbs/01ab_store.ipynb #14a0c311
 _MANIFEST_FIELDS = dict(format=str, source=dict, seed=int, units=int, dtype=str, tokenizer=dict, store_id=str,
                         shard_tokens=int, max_tokens=(int, type(None)), shards=list, cursor=dict, complete=bool, builds=list)
 _SHARD_FIELDS = dict(name=str, tokens=int, documents=int, begins_at=dict, sha256=dict)
@@ -163,7 +163,7 @@ def _fields_problem(d: dict, fields: dict, where: str = '') -> str | None:
             return f'{where}{k!r} is {d[k]!r}, not {getattr(t, "__name__", "an int or null")}'
     return None
 
-
+# %% ../nbs/01ab_store.ipynb #95e10523
 def _manifest_problem(m) -> str | None:
     "What makes `m` (parsed JSON) not a readable token-store manifest, or None."
     if not isinstance(m, dict): return f'it holds a {type(m).__name__}, not a token-store manifest (a JSON object)'
@@ -180,7 +180,7 @@ def _manifest_problem(m) -> str | None:
         if not re.fullmatch(r'shard-\d{6}', s['name']): return f"{where}name {s['name']!r} is not shard-NNNNNN"
     return None
 
-
+# %% ../nbs/01ab_store.ipynb #37f3009b
 def _read_manifest(folder: Path) -> dict:
     "The manifest of the store in `folder`, checked field by field; an unreadable one is an error naming it."
     path = Path(folder)/'manifest.json'
@@ -191,12 +191,12 @@ def _read_manifest(folder: Path) -> dict:
     if problem := _manifest_problem(m): raise StoreError(f'{path} is not a readable token-store manifest: {problem}; {fix}')
     return m
 
-
+# %% ../nbs/01ab_store.ipynb #8b1ac23d
 def tokenizer_files(folder: Path) -> dict[str, str]:
     "The SHA-256 of each file of a saved tokenizer folder (a store's `tokenizer/`), by file name."
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(folder).iterdir()) if p.is_file()}
 
-
+# %% ../nbs/01ab_store.ipynb #9417a43d
 def _tokenizer_problem(folder: Path, m: dict) -> str | None:
     """What makes the store's saved `tokenizer/` (the one builds tokenize with) differ from what its manifest records,
     or None: each file against `tokenizer.files`; a manifest written before those were recorded, by the definition the
@@ -218,7 +218,7 @@ def _tokenizer_problem(folder: Path, m: dict) -> str | None:
             return f'{saved/name} differs from the manifest (sha256 {have[name][:12]}..., it records {want[name][:12]}...)'
     return None
 
-
+# %% ../nbs/01ab_store.ipynb #fbc55f95
 def _check_tokenizer(folder: Path, m: dict) -> None:
     "Refuse a store whose saved tokenizer is not the one it was built with, naming the file (`_tokenizer_problem`)."
     if problem := _tokenizer_problem(folder, m):
@@ -226,7 +226,7 @@ def _check_tokenizer(folder: Path, m: dict) -> None:
                          f"({m['tokenizer'].get('name')!r}), and its shards would be read or grown with another; "
                          f"restore {folder/'tokenizer'} from a copy, or build the store again into another folder")
 
-
+# %% ../nbs/01ab_store.ipynb #0d6962ae
 def _open_manifest(folder: Path, head: dict, shard_tokens: int, max_tokens: int | None, tokenizer) -> dict:
     "The manifest to build from: a new one, or the folder's own checked against `head` and made ready to resume."
     path = folder/'manifest.json'
@@ -248,7 +248,7 @@ def _open_manifest(folder: Path, head: dict, shard_tokens: int, max_tokens: int 
     atomic_write_json(path, m)
     return m
 
-
+# %% ../nbs/01ab_store.ipynb #7c1bffdf
 @contextlib.contextmanager
 def _build_lock(folder: Path):
     "Hold `folder/.build.lock` exclusively: a second builder waits, then finds the store finished."
@@ -266,7 +266,7 @@ def default_store_dir() -> Path:
     "Where stores are built and found unless told otherwise: `<project>/stores` (ignored by git)."
     return project_root()/'stores'
 
-
+# %% ../nbs/01ab_store.ipynb #96e42fc2
 def _store_plan(source: StoreSource, tokenizer, seed: int) -> tuple[list, dict]:
     "The source's units in build order, and the manifest fields that say what the store holds."
     units, content = (hub_units if source.kind == 'fineweb-edu' else finite_units)(source, seed)
@@ -279,7 +279,7 @@ def _store_plan(source: StoreSource, tokenizer, seed: int) -> tuple[list, dict]:
                 store_id=hashlib.sha256(json.dumps([content, tok_sha, seed, STORE_FORMAT]).encode()).hexdigest()[:16])
     return units, head
 
-
+# %% ../nbs/01ab_store.ipynb #a60c0d8d
 def store_path(source: StoreSource, tokenizer, seed: int, store_dir: str | Path | None = None,
                content: str | None = None) -> Path:
     "The folder of the store of (source, tokenizer, seed) under `store_dir`: a readable name and a hash."
@@ -287,7 +287,7 @@ def store_path(source: StoreSource, tokenizer, seed: int, store_dir: str | Path 
     key = hashlib.sha256(json.dumps([dataclasses.asdict(source), tokenizer_sha(tokenizer), seed, content]).encode())
     return Path(store_dir or default_store_dir())/f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}-seed{seed}-{key.hexdigest()[:10]}"
 
-
+# %% ../nbs/01ab_store.ipynb #480ed25f
 def build_store(data: str | Path = EMBEDDED,       # 'embedded', 'fineweb-edu', or a local .txt/.jsonl file or folder
                 out: str | Path | None = None,    # the store folder; `store_path(...)` under `store_dir` when None
                 tokenizer=None,                   # a tokenizer or a name for `load_tokenizer` (the embedded one when None)
@@ -314,7 +314,7 @@ def build_store(data: str | Path = EMBEDDED,       # 'embedded', 'fineweb-edu', 
         if not m['complete']: _write_units(out, m, units, workers)
     return out
 
-
+# %% ../nbs/01ab_store.ipynb #3746e651
 def _write_units(folder: Path, m: dict, units: list, workers: int) -> None:
     "Tokenize the units from the manifest's cursor on into shards, then mark the store complete."
     writer, t0, started = _ShardWriter(folder, m), time.perf_counter(), None
@@ -439,7 +439,7 @@ def _token_count(text: str) -> int:
         raise argparse.ArgumentTypeError(f'{text!r} is not a whole number of tokens >= 1 (e.g. 1.3e11)')
     return int(n)
 
-
+# %% ../nbs/01ab_store.ipynb #d5e4cfb9
 def _cli() -> 'argparse.ArgumentParser':
     import argparse
     p = argparse.ArgumentParser(prog='python -m mlmclm.store', description='Build and check token stores.')
@@ -460,7 +460,7 @@ def _cli() -> 'argparse.ArgumentParser':
     v.add_argument('folder')
     return p
 
-
+# %% ../nbs/01ab_store.ipynb #b8c19d73
 def verify_store(folder: str | Path) -> int:
     "Print every problem of the store in `folder` (each shard's checksum, the manifest's totals); 1 if any, else 0."
     folder = Path(folder)
@@ -472,7 +472,7 @@ def verify_store(folder: str | Path) -> int:
     print('\n'.join(problems) or f"{folder}: {len(m['shards'])} shards, checksums match")
     return 1 if problems else 0
 
-
+# %% ../nbs/01ab_store.ipynb #99b0bb19
 def main(argv: list[str] | None = None) -> None:
     "`build-store ...` or `verify-store DIR`."
     args = _cli().parse_args(argv)

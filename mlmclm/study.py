@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .core import ConfigError, assets_dir
-from .vocab import (CONTROL, FINETUNE, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN,
-                          PROTOCOL_AXES, SIZE_ORDER, EMBEDDED_TASKS, Phase, RunName, check_protocol_axes, objective_of,
-                          paper_experiments, parse_run_name, run_name)
+from .vocab import (CONTROL, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN, SIZE_ORDER,
+                          EMBEDDED_TASKS, Phase, RunName, objective_of, paper_experiments, parse_run_name, run_name)
+from .finetune_protocol import FINETUNE, PROTOCOL_AXES, check_protocol_axes
 from .runs import FinetuneConfig, FinetuneRun, finetune_config, finetune_grid, finetune_runs
 from .tasks import TASKS
 from .sizes import MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU, flops_per_token, model_config, param_counts
@@ -53,7 +53,7 @@ class PlannedRun:
     @property
     def total_steps(self) -> int: return sum(p.steps for p in self.spec.phases)
 
-
+# %% ../nbs/04_study.ipynb #bfdfbc56
 @dataclass(frozen=True)
 class EvalPoint:
     name: str            # the checkpoint's released name (with '-<step>' for intermediate ones); unique in a plan
@@ -80,7 +80,7 @@ def _shared_prefix(a: tuple, b: tuple) -> int:
         if pb == b[ib].steps: ib, pb = ib + 1, 0
     return shared
 
-
+# %% ../nbs/04_study.ipynb #5bb233d2
 def branch_step(child: RunName, parent: RunName, warmup: int, decay: int) -> int:
     "The last step at which `child` and `parent` are in the same state (0: none worth sharing)."
     if child.size != parent.size or child.cpt_from or parent.cpt_from: return 0
@@ -131,7 +131,7 @@ class StudyPlan:
                     protocol_cells=len({e.protocol for e in self.evals}),
                     finetuning_runs=sum(1 for _ in self.finetune_runs()))
 
-
+# %% ../nbs/04_study.ipynb #ab76e4eb
 def build_plan(preset: str, experiments: dict[str, list[str]], datasets_final: tuple, datasets_intermediate: tuple,
                lrs: tuple, seeds: tuple, warmup: int = 2000, decay: int = 2000,
                starts: dict | None = None,   # CPT starts taken as released, not trained: run name -> hub id or folder
@@ -170,7 +170,7 @@ def build_plan(preset: str, experiments: dict[str, list[str]], datasets_final: t
     return StudyPlan(preset, _dependency_order(runs), sorted(evals.values(), key=lambda e: (e.run, e.step)),
                      tuple(lrs), tuple(seeds), warmup_steps=warmup, decay_steps=decay, **extra)
 
-
+# %% ../nbs/04_study.ipynb #32c7f28a
 def _dependency_order(runs: dict) -> dict:
     done, order = set(), {}
     def visit(name, trail=()):
@@ -187,7 +187,7 @@ def intermediate_datasets() -> tuple:
     "One dataset per family for intermediate checkpoints (the first of each family; see above)."
     return tuple(ds[0] for ds in PAPER_DATASETS.values())
 
-
+# %% ../nbs/04_study.ipynb #9042a8eb
 INTERMEDIATE = {'all': 'intermediate checkpoints on all 12 datasets, as in the authors\' published results',
                 'one-per-family': 'intermediate checkpoints on one dataset per family (the cheaper 15,120-run grid)'}
 
@@ -215,12 +215,12 @@ class Costs:
     finetune_batch: int | None = None     # None: the plan's fine-tuning preset's batch (the paper's 32)
     example_tokens: dict = field(default_factory=lambda: dict(SC=64, TC=48, QA=384, IR=256))  # rough, per example
 
-
+# %% ../nbs/04_study.ipynb #69a0cc0f
 @functools.lru_cache(maxsize=None)
 def _flops_per_token(size: str, seq_len: int, objective: str, mask_ratio: float) -> float:
     return flops_per_token(model_config(size), seq_len, objective, mask_ratio)
 
-
+# %% ../nbs/04_study.ipynb #9789a43b
 def run_flops(plan: StudyPlan, run: PlannedRun, costs: Costs = Costs(), size: str | None = None) -> float:
     "Training FLOPs of the steps `run` trains itself."
     flops, step = 0.0, 0
@@ -231,35 +231,35 @@ def run_flops(plan: StudyPlan, run: PlannedRun, costs: Costs = Costs(), size: st
         step += p.steps
     return flops * plan.step_scale
 
-
+# %% ../nbs/04_study.ipynb #07ee87af
 def task_of(dataset: str):
     "The entry of `dataset` in the task table (`mlmclm.tasks.TASKS`), the one place its family and limits are written."
     if dataset not in TASKS: raise ConfigError(f'dataset {dataset!r} is not in the task table; choose from {sorted(TASKS)}')
     return TASKS[dataset]
 
-
+# %% ../nbs/04_study.ipynb #bfb5ccd4
 def dataset_family(dataset: str) -> str: return task_of(dataset).family
 
-
+# %% ../nbs/04_study.ipynb #b8e7e62a
 def _eval_size(plan: StudyPlan, e: EvalPoint) -> str:
     "The model size of an evaluation point: its run's, or the one its released name states."
     if e.run is not None: return plan.runs[e.run].spec.size
     if e.recorded_name in plan.merges: return plan.merges[e.recorded_name].size
     return 'tiny' if e.recorded_name == CONTROL else parse_run_name(e.recorded_name).size
 
-
+# %% ../nbs/04_study.ipynb #f0e88c28
 def finetune_examples(plan: StudyPlan, costs: Costs = Costs()) -> int:
     "Examples one fine-tuning run trains on at most: the preset's steps (capped by the protocol's) x its batch."
     cfg = finetune_config(plan.finetune_preset)
     steps = costs.finetune_steps or min(cfg.max_steps or FINETUNE.max_steps, FINETUNE.max_steps)
     return steps * (costs.finetune_batch or cfg.batch_size)
 
-
+# %% ../nbs/04_study.ipynb #b18897d8
 def _training_tokens(training: str, costs: Costs) -> int:
     "Tokens of a typical training example of the task `training`: its family's, cut at the task's token limit."
     return min(costs.example_tokens[dataset_family(training)], task_of(training).max_length)
 
-
+# %% ../nbs/04_study.ipynb #615b657b
 def finetune_flops_by_size(plan: StudyPlan, costs: Costs = Costs()) -> dict[str, float]:
     "Fine-tuning FLOPs of the grid per model size (a retriever trained once for the evaluation sets it serves)."
     total = {}
@@ -271,17 +271,17 @@ def finetune_flops_by_size(plan: StudyPlan, costs: Costs = Costs()) -> dict[str,
             total[size] = total.get(size, 0.0) + flops
     return {s: total[s] for s in sorted(total, key=SIZE_ORDER.index)}
 
-
+# %% ../nbs/04_study.ipynb #9fe1a82f
 def finetune_flops(plan: StudyPlan, costs: Costs = Costs()) -> float:
     "Fine-tuning FLOPs of the whole grid."
     return sum(finetune_flops_by_size(plan, costs).values())
 
-
+# %% ../nbs/04_study.ipynb #74e8040e
 def body_params(size: str) -> int:
     "Parameters of the blocks and the final norm (what fine-tuning trains besides the embedding and a small head)."
     return param_counts(size)['body']
 
-
+# %% ../nbs/04_study.ipynb #d578d131
 def estimate(plan: StudyPlan, costs: Costs = Costs()):
     "One row per pretraining run (steps trained, FLOPs, GPU-hours), plus the fine-tuning grid and totals."
     import pandas as pd
@@ -302,7 +302,7 @@ def _sequences(kind: str, example: dict) -> list[str]:
     raise ConfigError(f'task kind {kind!r}: the planner cannot count its examples; it knows sequence, token, '
                       'answer_tokens, span and embedding')
 
-
+# %% ../nbs/04_study.ipynb #c1078446
 @functools.lru_cache(maxsize=None)
 def shipped_examples(dataset: str, max_length: int) -> tuple[int, float] | None:
     """(training examples, mean tokens of one) of `dataset` where its data ship with the package (`EMBEDDED_TASKS`, the
@@ -317,7 +317,7 @@ def shipped_examples(dataset: str, max_length: int) -> tuple[int, float] | None:
     tokens = sum(min(len(e.ids) + 1, max_length) for e in tok.encode_batch(texts, add_special_tokens=False))
     return len(train), tokens / len(train)
 
-
+# %% ../nbs/04_study.ipynb #ac61e817
 def finetune_steps(plan: StudyPlan, training: str, n_train: int, costs: Costs = Costs()) -> int:
     """Steps of one run on `training` with `n_train` examples, by the fine-tuning loop's rule (`mlmclm.finetune.train_steps`):
     one epoch, at most 1,000 steps except for the authors' one-epoch tasks, capped by the preset (or `costs`)."""
@@ -327,7 +327,7 @@ def finetune_steps(plan: StudyPlan, training: str, n_train: int, costs: Costs = 
     cap = costs.finetune_steps or cfg.max_steps
     return min(steps, cap) if cap else steps
 
-
+# %% ../nbs/04_study.ipynb #ab8ae4e1
 def run_tokens(plan: StudyPlan, training: str, costs: Costs = Costs()) -> float:
     """Tokens one fine-tuning run on `training` trains on: the steps its real size allows x the batch x its real tokens
     per example where its data ship with the package, else the preset's steps x the batch x a typical example."""
@@ -374,7 +374,7 @@ def demo_experiments() -> dict[str, list[str]]:
             'E4': pure, 'E5': ['tiny-clm-10k-mlm40-42k', 'tiny-clm-42k', 'tiny-mlm40-42k'],
             'E7': [f'tiny-{o}-dec42k-mlm40-54k' for o in ('clm', 'mlm40')]}
 
-
+# %% ../nbs/04_study.ipynb #f83dc5fd
 def demo_plan(datasets: tuple | None = None, lrs: tuple = DEMO_LRS, seeds: tuple = DEMO_SEEDS,
               control: bool = True,   # also fine-tune the randomly initialised tiny model (`CONTROL`)
               intermediate: tuple = DEMO_INTERMEDIATE,   # datasets of the intermediate checkpoints (none named: all)
@@ -400,7 +400,7 @@ def _ablation_name(source: str) -> str:
     if spec.size not in MODEL_SIZES: raise ConfigError(f'checkpoint {source!r}: unknown size {spec.size!r}')
     return name
 
-
+# %% ../nbs/04_study.ipynb #1be32c4d
 def protocol_ablation_plan(checkpoints: tuple = ABLATION_CHECKPOINTS,  # hub ids or folders named like released models
                            datasets: tuple = PAPER_TASKS,               # fine-tuning datasets
                            lrs: tuple = PAPER_LRS, seeds: tuple = PAPER_SEEDS,
@@ -425,7 +425,7 @@ def protocol_ablation_plan(checkpoints: tuple = ABLATION_CHECKPOINTS,  # hub ids
     return StudyPlan(preset, {}, evals, tuple(lrs), tuple(seeds),
                      note='fine-tuning only: ' + ' x '.join(f'{a} {{{", ".join(v)}}}' for a, v in values.items()))
 
-
+# %% ../nbs/04_study.ipynb #8bff0aab
 def precision_ablation_plan(checkpoints: tuple = ABLATION_CHECKPOINTS,
                             datasets: tuple = intermediate_datasets(),   # one per family
                             lrs: tuple = PAPER_LRS, seeds: tuple = PAPER_SEEDS) -> StudyPlan:
@@ -441,14 +441,14 @@ class Merge:
     parents: tuple      # (checkpoint folder or hub id, weight) pairs
     size: str           # the parents' size (for the price)
 
-
+# %% ../nbs/04_study.ipynb #b99f45cc
 MERGE_WEIGHTS = (0.25, 0.5, 0.75)   # the first checkpoint's weight in each merge of the `merging` preset
 
 def merge_name(parents: tuple) -> str:
     "`merge-<name>-x<weight>-<name>-x<weight>...`: what a merge of released models is, readable in results and figures."
     return 'merge-' + '-'.join(f'{_ablation_name(src)}-x{w:g}' for src, w in parents)
 
-
+# %% ../nbs/04_study.ipynb #5d67afc1
 def merging_plan(checkpoints: tuple = ABLATION_CHECKPOINTS,   # two hub ids or folders named like released models
                  weights: tuple = MERGE_WEIGHTS,              # the first checkpoint's weight in each merge (the second: 1 - w)
                  datasets: tuple = intermediate_datasets(),  # one per family
@@ -468,12 +468,12 @@ def merging_plan(checkpoints: tuple = ABLATION_CHECKPOINTS,   # two hub ids or f
                      note=f'fine-tuning only: {len(merges)} linear merges of {" and ".join(map(str, checkpoints))}, '
                           'made by the plan; their ends are the paper\'s fine-tuned released models')
 
-
+# %% ../nbs/04_study.ipynb #0d4d61c0
 def merge_dir(root: Path, name: str) -> Path:
     "The folder of the plan's merge `name` inside the study folder `root`."
     return Path(root)/'merges'/name
 
-
+# %% ../nbs/04_study.ipynb #d8833c72
 def point_checkpoint(plan: StudyPlan, e: EvalPoint, root: Path) -> str:
     "The checkpoint evaluation point `e` fine-tunes: its outside source, the plan's merge, or its run's checkpoint."
     if e.source: return e.source
@@ -486,12 +486,12 @@ def _scaled(plan: StudyPlan, steps: int) -> int:
     if abs(s - round(s)) > 1e-9: raise ValueError(f'{steps} steps x step_scale {plan.step_scale} is not a whole step')
     return round(s)
 
-
+# %% ../nbs/04_study.ipynb #97fa51d3
 def checkpoint_dir(plan: StudyPlan, root: Path, run: str, step: int) -> Path:
     "Folder of `run`'s checkpoint at `step` (in name units) inside the study folder `root`."
     return Path(root)/run/'checkpoints'/f'step-{_scaled(plan, step)}'
 
-
+# %% ../nbs/04_study.ipynb #6609e62b
 def pretrain_params(plan: StudyPlan, run: PlannedRun, root: Path) -> dict:
     "Parameters of the pretraining notebook (and `pretrain_config`) for `run`: its preset, then what the plan sets."
     p = dict(preset=run.name if plan.pretrain_preset == 'paper' else None, size=run.spec.size,
@@ -546,7 +546,7 @@ def point_runs(plan: StudyPlan, e: EvalPoint) -> list[FinetuneRun]:
     cell = {a: dict(e.protocol).get(a, plan.finetune_overrides.get(a, values[0])) for a, values in PROTOCOL_AXES.items()}
     return finetune_runs(e.recorded_name, e.datasets, plan.lrs, plan.seeds, **cell)
 
-
+# %% ../nbs/04_study.ipynb #19788f69
 def finetune_jobs(plan: StudyPlan) -> list[tuple[EvalPoint, FinetuneRun]]:
     "Every fine-tuning job of the plan: (evaluation point, run)."
     return [(e, r) for e in plan.evals for r in point_runs(plan, e)]

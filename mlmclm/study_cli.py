@@ -36,10 +36,10 @@ def measured_finetune(folder: str | Path | None = None,  # benchmark results; <p
                     examples_per_s=ours['examples_per_s'], flops_per_s=6 * r['body_params'] * per_example * ours['examples_per_s'])
     return None
 
-
+# %% ../nbs/04b_study_cli.ipynb #6ea46133
 def _duration(hours: float) -> str: return f'{hours:,.0f} hours' if hours >= 1 else f'{hours * 60:,.0f} minutes'
 
-
+# %% ../nbs/04b_study_cli.ipynb #5dc9e8b0
 def measured_finetune_price(plan: StudyPlan, costs: Costs = Costs(), folder: str | Path | None = None) -> dict | None:
     """The newest benchmark result (`measured_finetune`) with the sizes of `plan` its speed prices (`sizes`: the one it
     was measured on), the others (`others`) and the hours of the sizes it prices (`hours`; None if none); None if none."""
@@ -50,7 +50,7 @@ def measured_finetune_price(plan: StudyPlan, costs: Costs = Costs(), folder: str
     hours = sum(by_size[s] for s in same) / m['flops_per_s'] / 3600 if same else None
     return dict(m, sizes=same, others=[s for s in by_size if s not in same], hours=hours)
 
-
+# %% ../nbs/04b_study_cli.ipynb #9234693d
 def measured_finetune_line(plan: StudyPlan, costs: Costs = Costs(), folder: str | Path | None = None) -> str:
     "The line of `plan` that says which figure prices its fine-tuning: a speed measured on its model size, or the MFU."
     m = measured_finetune_price(plan, costs, folder)
@@ -64,7 +64,7 @@ def measured_finetune_line(plan: StudyPlan, costs: Costs = Costs(), folder: str 
     return (f"  fine-tuning at the measured speed for {', '.join(same)}: {_duration(hours)} on {m['device']} ({what})"
             + (f"; {', '.join(rest)} at the assumed MFU above" if rest else ''))
 
-
+# %% ../nbs/04b_study_cli.ipynb #321c9599
 def finetune_examples_line(plan: StudyPlan) -> str | None:
     "The line of `plan` that names the datasets priced from their real examples (`mlmclm.study.shipped_examples`); None if none."
     trainings = sorted({task_of(d).train_on or d for e in plan.evals for d in e.datasets})
@@ -91,7 +91,7 @@ def memory_lines(plan: StudyPlan, gpus: int = PRETRAIN.gpus) -> list[str]:
             if e['peak_gib'] > worst.get(cfg.size, {}).get('peak_gib', -1): worst[cfg.size] = e
     return [f'  {size:<5} {memory_line(worst[size])}' for size in sorted(worst, key=SIZE_ORDER.index)]
 
-
+# %% ../nbs/04b_study_cli.ipynb #d1b16537
 def describe(plan: StudyPlan, costs: Costs = Costs(),
              memory: bool = False,   # add the memory estimate of each size
             ) -> str:
@@ -126,7 +126,7 @@ def _selection_args(p):
     p.add_argument('--sizes', nargs='*', help='keep these model sizes')
     p.add_argument('--pattern', help="keep checkpoints whose name matches this glob, e.g. '610m-clm-*'")
 
-
+# %% ../nbs/04b_study_cli.ipynb #65bd1a9b
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog='python -m mlmclm.study_cli', description='Plan, price and run the study.')
     sub = parser.add_subparsers(dest='command', required=True)

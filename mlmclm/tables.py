@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from .core import atomic_write_text
-from .vocab import ADAMW, FAMILIES, PAPER_TASKS, PRETRAIN, PROTOCOL, RATIOS
+from .vocab import ADAMW, FAMILIES, PAPER_TASKS, PRETRAIN, RATIOS
+from .finetune_protocol import PROTOCOL
 from .results import PROTOCOL_AXES
 from .aggregation import (DEFAULT_SELECTION, SELECTIONS, diff_interval, protocol_cell, protocol_cells,
                                 seed_family_scores)
@@ -38,7 +39,7 @@ def _gap_rows(per_seed: pd.DataFrame, cell: dict, rows: pd.DataFrame | None = No
                          n_seeds_mlm=len(m), n_seeds_clm=len(c), n_datasets=int(m.n_datasets.max())))
     return rows
 
-
+# %% ../nbs/05a_tables.ipynb #2d8f5fef
 def protocol_gaps(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> pd.DataFrame:
     """MLM−CLM family-score gap (points) with Welch's 95% interval, per protocol cell, family and (MLM, CLM) pair;
     every cell over the datasets all cells hold, so that an ablation on one dataset per family and the paper's cell
@@ -54,7 +55,7 @@ def protocol_gaps(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> 
                                   'n_seeds_mlm', 'n_seeds_clm', 'n_datasets']
     return pd.DataFrame(rows, columns=cols)
 
-
+# %% ../nbs/05a_tables.ipynb #dd2c220a
 def fig_protocol_gap(gaps: pd.DataFrame, scale: str):
     "The MLM−CLM gap per family under each fine-tuning protocol cell (bars: pairs; shaded: the paper's cell)."
     cells = list(dict.fromkeys(zip(*(gaps[a] for a in PROTOCOL_AXES))))
@@ -84,12 +85,15 @@ def fig_protocol_gap(gaps: pd.DataFrame, scale: str):
 # %% ../nbs/05a_tables.ipynb #ce60aa4e
 def _pure_full_budget(m): return (~m.intermediate) & m.kind.isin(['clm', 'mlm']) & full_budget(m)
 
+# %% ../nbs/05a_tables.ipynb #67167a5b
 def _data_efficiency(m):
     return m.intermediate | (m.kind.isin(['clm', 'mlm']) & (m.condition.str.match(r'(clm|mlm40)-42k$') | own_units(m))
                              & m['size'].isin(set(m[m.intermediate]['size'])))
 
+# %% ../nbs/05a_tables.ipynb #4004e4c5
 def _fixed_budget(m): return m.checkpoint.isin(set(fixed_budget_rows(m)[0].checkpoint))
 
+# %% ../nbs/05a_tables.ipynb #7a3b6e1c
 # (title, number of its first table, which checkpoints): the 15 pure 42k models; the intermediate checkpoints with
 # their final models; Figure 6's models (the splits and their pure ends, without E6's late switches); CPT.
 TABLE_GROUPS = [('pure models', 2, _pure_full_budget), ('data efficiency', 6, _data_efficiency),
@@ -111,12 +115,12 @@ def hyperparameter_table() -> pd.DataFrame:
     rows += [('fine-tuning', k, SELECTIONS[DEFAULT_SELECTION] if k == 'selection' else v) for k, v in PROTOCOL.items()]
     return pd.DataFrame(rows, columns=['stage', 'setting', 'value'])
 
-
+# %% ../nbs/05a_tables.ipynb #6a046ab9
 def _cell(mean, lo, hi):
     if pd.isna(mean): return ''
     return f'{mean:.2f}' if pd.isna(lo) else f'{mean:.2f} ± {(hi - lo) / 2:.2f}'
 
-
+# %% ../nbs/05a_tables.ipynb #1a31e6ec
 def results_tables(per_dataset: pd.DataFrame, scores: pd.DataFrame,
                    rows: pd.DataFrame | None = None,   # results rows: the pretraining record of own runs
                   ) -> dict[str, pd.DataFrame]:
@@ -137,7 +141,7 @@ def results_tables(per_dataset: pd.DataFrame, scores: pd.DataFrame,
             tables[f'T{first + i:02d}_{fam}_{title.replace(" ", "_")}'] = table
     return tables
 
-
+# %% ../nbs/05a_tables.ipynb #cc00d6ce
 def ours_minus_paper(scores: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     "Every (checkpoint, family) the paper reports: its number, ours, and the difference (empty where we have none)."
     ours = scores[['checkpoint', 'family', 'score']].rename(columns={'score': 'ours'})
@@ -145,7 +149,7 @@ def ours_minus_paper(scores: pd.DataFrame, ref: pd.DataFrame) -> pd.DataFrame:
     df['ours_minus_paper'] = df.ours - df.paper
     return df.sort_values(['checkpoint', 'family']).reset_index(drop=True)
 
-
+# %% ../nbs/05a_tables.ipynb #b454d12c
 # The paper's findings as signed differences of two models' family scores, named with `{size}` for the model size
 COMPARISONS = (('MLM-40 minus CLM', '{size}-mlm40-42k', '{size}-clm-42k'),
                ('biphasic (25% CLM) minus MLM-40', '{size}-clm-10k-mlm40-42k', '{size}-mlm40-42k'),
@@ -160,7 +164,7 @@ def difference_range(lo: float, hi: float) -> tuple[float, float]:
     "A 95% interval of a difference of two percentages, kept to what such a difference can be: [-100, 100]."
     return (float(np.clip(lo, -100, 100)), float(np.clip(hi, -100, 100))) if not np.isnan(lo) else (lo, hi)
 
-
+# %% ../nbs/05a_tables.ipynb #6386c1db
 def direction_verdict(d: float, lo: float, hi: float,  # our difference (points) and its 95% interval
                       paper: float,                       # the paper's difference (points; NaN: none)
                      ) -> str:
@@ -175,7 +179,7 @@ def direction_verdict(d: float, lo: float, hi: float,  # our difference (points)
     if lo <= paper <= hi or 1 / MAGNITUDE_FACTOR <= ratio <= MAGNITUDE_FACTOR: return 'as the paper'
     return f'same sign, {ratio:.0f}x larger' if ratio > 1 else f'same sign, {1 / ratio:.0f}x smaller'
 
-
+# %% ../nbs/05a_tables.ipynb #b6f3e20b
 def directions(per_seed: pd.DataFrame,   # `seed_family_scores` of our runs (fractions)
                ref: pd.DataFrame,        # the paper's reported family scores (`reported_scores`)
                size: str,                # our model size (the demo: 'tiny')

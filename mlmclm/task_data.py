@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from .core import ConfigError, assets_dir
-from .vocab import FINETUNE
+from .finetune_protocol import FINETUNE
 from .corpus import embedded_records
 
 # %% auto #0
@@ -36,14 +36,14 @@ def split_train(rows: list,                                 # a dataset's train 
     parts = Dataset.from_dict({'i': list(range(len(rows)))}).train_test_split(train_size=train_size, seed=seed)
     return [rows[i] for i in parts['train']['i']], [rows[i] for i in parts['test']['i']]
 
-
+# %% ../nbs/02a_task_data.ipynb #fa82e7aa
 def require_columns(rows, columns: list[str], what: str) -> None:
     "Fail early, naming the missing column, when a dataset's schema is not the one a converter expects."
     have = list(getattr(rows, 'column_names', None) or (rows[0].keys() if len(rows) else []))
     missing = [c for c in columns if c not in have]
     if missing: raise ConfigError(f'{what}: column {missing[0]!r} is missing; the dataset has {have}')
 
-
+# %% ../nbs/02a_task_data.ipynb #d9e945f0
 GLUE_COLUMNS = {'sst2': ['sentence', 'label'], 'mnli': ['premise', 'hypothesis', 'label'],
                 'qqp': ['question1', 'question2', 'label']}
 
@@ -59,13 +59,13 @@ def convert_glue(rows, config: str) -> list[dict]:
         if r['label'] >= 0: out.append(dict(text=text, label=int(r['label'])))   # hidden test labels are -1
     return out
 
-
+# %% ../nbs/02a_task_data.ipynb #8f479787
 def convert_tagging(rows, tags_column: str = 'ner_tags', tokens_column: str = 'tokens') -> list[dict]:
     "CoNLL-style rows (words + integer tags) -> {'tokens', 'tags'}."
     require_columns(rows, [tokens_column, tags_column], 'tagging dataset')
     return [dict(tokens=list(r[tokens_column]), tags=[int(t) for t in r[tags_column]]) for r in rows]
 
-
+# %% ../nbs/02a_task_data.ipynb #ad159703
 def convert_squad(rows) -> list[dict]:
     "SQuAD / SQuAD v2 rows -> SQuAD examples (already in shape; unanswerable = empty answers)."
     require_columns(rows, ['question', 'context', 'answers'], 'SQuAD')
@@ -73,7 +73,7 @@ def convert_squad(rows) -> list[dict]:
                  answers=dict(text=list(r['answers']['text']), answer_start=list(r['answers']['answer_start'])))
             for r in rows]
 
-
+# %% ../nbs/02a_task_data.ipynb #45bed771
 def convert_record(rows) -> list[dict]:
     "ReCoRD rows (passage, query with @placeholder, answers) -> extractive examples (answer spans in the passage)."
     require_columns(rows, ['passage', 'query', 'answers'], 'ReCoRD')
@@ -89,15 +89,15 @@ def convert_record(rows) -> list[dict]:
 def _jsonl_gz(path) -> list[dict]:
     with gzip.open(path, 'rt', encoding='utf-8') as f: return [json.loads(l) for l in f]
 
-
+# %% ../nbs/02a_task_data.ipynb #6b7c1183
 def _by_split(rows) -> dict:
     return {s: [{k: v for k, v in r.items() if k != 'split'} for r in rows if r['split'] == s] for s in TASK_SPLITS}
 
-
+# %% ../nbs/02a_task_data.ipynb #6cbfaaa0
 def embedded_sentiment() -> dict:
     return _by_split(_jsonl_gz(assets_dir()/'tasks'/'rotten_tomatoes.jsonl.gz'))
 
-
+# %% ../nbs/02a_task_data.ipynb #0af24dfe
 TWEET_TAGS = ['O'] + [f'{p}-{t}' for t in ('company', 'facility', 'geo-loc', 'movie', 'musicartist', 'other', 'person',
                                              'product', 'sportsteam', 'tvshow') for p in 'BI']
 
@@ -106,7 +106,7 @@ def embedded_ner() -> dict:
     for r in rows: r['tags'] = [TWEET_TAGS.index(t) for t in r['tags']]
     return _by_split(rows)
 
-
+# %% ../nbs/02a_task_data.ipynb #d94172e7
 def _passages(max_lines: int = 6) -> list[str]:
     "Held-out corpus documents cut into passages of a few lines."
     out = []
@@ -115,7 +115,7 @@ def _passages(max_lines: int = 6) -> list[str]:
         out += ['\n'.join(lines[i:i + max_lines]) for i in range(0, len(lines), max_lines) if len(lines[i:i + max_lines]) >= 3]
     return out
 
-
+# %% ../nbs/02a_task_data.ipynb #d4ac3e5e
 def _split3(items: list, seed: int = 42) -> dict:
     idx = np.random.default_rng(seed).permutation(len(items))
     n = len(items)
@@ -123,7 +123,7 @@ def _split3(items: list, seed: int = 42) -> dict:
     return dict(train=[items[i] for i in idx[:cut[0]]], validation=[items[i] for i in idx[cut[0]:cut[1]]],
                 test=[items[i] for i in idx[cut[1]:]])
 
-
+# %% ../nbs/02a_task_data.ipynb #853f7197
 def embedded_cloze() -> dict:
     "Stand-in QA: ReCoRD-style cloze questions over held-out passages (see above)."
     examples = []
@@ -140,7 +140,7 @@ def embedded_cloze() -> dict:
                 break
     return _split3(examples)
 
-
+# %% ../nbs/02a_task_data.ipynb #e6b82c34
 def embedded_retrieval() -> dict:
     "Stand-in IR: a sentence taken out of a held-out passage retrieves the rest of it."
     pairs = []
@@ -171,7 +171,7 @@ def speeches(text: str) -> list[dict]:
         elif cur is not None: cur['lines'].append(line)
     return [s for s in out if s['lines']]
 
-
+# %% ../nbs/02a_task_data.ipynb #9c740291
 @lru_cache(maxsize=1)
 def _scenes() -> tuple[dict, ...]:
     "Held-out documents with dialogue, each with its split (70/15/15 of the documents, seeded) and its speeches."
@@ -181,10 +181,10 @@ def _scenes() -> tuple[dict, ...]:
     docs = [dict(title=rec['title'], split=split(r), speeches=speeches(rec['text'])) for rec, r in zip(recs, rank)]
     return tuple(d for d in docs if any(sp['speaker'] for sp in d['speeches']))
 
-
+# %% ../nbs/02a_task_data.ipynb #e1a6c7b8
 def _base(word: str) -> str: return word.split("'")[0]   # "Cleopatra's" -> "Cleopatra"
 
-
+# %% ../nbs/02a_task_data.ipynb #a1ce82dc
 @lru_cache(maxsize=1)
 def name_lexicon() -> frozenset:
     "Proper names of the held-out dialogue (see above)."
@@ -197,7 +197,7 @@ def name_lexicon() -> frozenset:
                       if len(_base(w)) > 2 and _base(w).istitle() and _base(w).lower() not in lower and prev not in '.!?:;'}
     return frozenset(names)
 
-
+# %% ../nbs/02a_task_data.ipynb #f9f0a85e
 def _speech_words(sp: dict, names: frozenset) -> tuple[list[str], list[str]]:
     "A speech as words and tags: its speaker tag (`SPK`) and ' .', then its lines with their proper names (`NAME`)."
     tag = WORD.findall(sp['speaker'])
@@ -207,7 +207,7 @@ def _speech_words(sp: dict, names: frozenset) -> tuple[list[str], list[str]]:
         words += ws; tags += ['B-NAME' if _base(w) in names and len(_base(w)) > 2 else 'O' for w in ws]
     return words, tags
 
-
+# %% ../nbs/02a_task_data.ipynb #263f0f9f
 def corpus_names(max_words: int = 32) -> dict:
     "Stand-in TC: speaker tags and proper names in windows of consecutive speeches (see above)."
     names, rows = name_lexicon(), []
@@ -222,11 +222,11 @@ def corpus_names(max_words: int = 32) -> dict:
     for r in rows: r['tags'] = [NAME_TAGS.index(t) for t in r['tags']]
     return _by_split(rows)
 
-
+# %% ../nbs/02a_task_data.ipynb #9689b88d
 def _render(speech_list: list[dict]) -> str:
     return '\n\n'.join('\n'.join(([sp['speaker'] + '.'] if sp['speaker'] else []) + sp['lines']) for sp in speech_list)
 
-
+# %% ../nbs/02a_task_data.ipynb #b1710480
 def corpus_speaker(window: int = 3, max_lines: int = 2, min_words: int = 4, per_speech: int = 2) -> dict:
     """Stand-in QA: 'Who says: <line>' over `window` consecutive speeches (each cut to `max_lines` lines); the answer
     is the speaker tag of the speech holding the line."""
@@ -243,7 +243,7 @@ def corpus_speaker(window: int = 3, max_lines: int = 2, min_words: int = 4, per_
                           answers=dict(text=[sp['speaker']], answer_start=[start])) for line in lines[:per_speech]]
     return _by_split(rows)
 
-
+# %% ../nbs/02a_task_data.ipynb #c3e5d51b
 def _scene_passages(d: dict, max_words: int = 60) -> list[str]:
     "A document's speeches grouped into passages of about `max_words` words (a speech is never split)."
     out, cur, n = [], [], 0
@@ -253,7 +253,7 @@ def _scene_passages(d: dict, max_words: int = 60) -> list[str]:
         cur.append(sp); n += k
     return out + ([_render(cur)] if cur else [])
 
-
+# %% ../nbs/02a_task_data.ipynb #a7ef1082
 def corpus_excerpt(max_words: int = 60, min_words: int = 6, train_queries: int = 3) -> dict:
     "Stand-in IR: a verbatim line retrieves its passage among the passages of the evaluated documents."
     train, evals = [], dict(validation=[], test=[])

@@ -18,7 +18,8 @@ from typing import Callable
 import numpy as np
 
 from .core import ConfigError
-from .vocab import EMBEDDED_TASKS, FAMILIES, FINETUNE, PAPER_DATASETS, PAPER_TASKS, TRAIN_ON
+from .vocab import EMBEDDED_TASKS, FAMILIES, PAPER_DATASETS, PAPER_TASKS, TRAIN_ON
+from .finetune_protocol import FINETUNE
 from .task_data import (NAME_TAGS, TASK_SPLITS, TWEET_TAGS, convert_glue, convert_record, convert_squad,
                               convert_tagging, corpus_excerpt, corpus_names, corpus_speaker, embedded_cloze,
                               embedded_ner, embedded_retrieval, embedded_sentiment, require_columns, split_train)
@@ -34,7 +35,7 @@ def _normalize(s: str) -> str:
     s = re.sub(r'\b(a|an|the)\b', ' ', s)
     return ' '.join(s.split())
 
-
+# %% ../nbs/03_tasks.ipynb #4c114e58
 def squad_f1(prediction: str, golds: list[str]) -> float:
     "SQuAD token F1 of `prediction` against the best of `golds` (empty golds: unanswerable)."
     if not golds: return float(_normalize(prediction) == '')
@@ -47,43 +48,43 @@ def squad_f1(prediction: str, golds: list[str]) -> float:
         return 2 * precision * recall / (precision + recall)
     return max(f1(prediction, g) for g in golds)
 
-
+# %% ../nbs/03_tasks.ipynb #de48598a
 def squad_em(prediction: str, golds: list[str]) -> float:
     if not golds: return float(_normalize(prediction) == '')
     return max(float(_normalize(prediction) == _normalize(g)) for g in golds)
 
-
+# %% ../nbs/03_tasks.ipynb #9203e2d5
 def position_set_f1(pred: list[int], true: list[int]) -> float:
     "F1 between predicted and gold answer-token positions; an empty set counts as {0} (EncodEval's QA metric)."
     p, t = set(pred) or {0}, set(true) or {0}
     precision, recall = len(p & t) / len(p), len(p & t) / len(t)
     return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
 
-
+# %% ../nbs/03_tasks.ipynb #96e6deaf
 def majority_tag(votes: list[int]) -> int:
     "The tag most of a word's sub-tokens predict (ties: Python's set order, as in EncodEval)."
     return max(set(votes), key=votes.count)
 
-
+# %% ../nbs/03_tasks.ipynb #635c9fd2
 def sentence_macro_f1(true: list[int], pred: list[int]) -> float:
     "scikit-learn macro-F1 over the tag ids of one sentence's words ('O' included); 0 for a sentence with no words."
     from sklearn.metrics import f1_score
     return float(f1_score(true, pred, average='macro', zero_division=0)) if true else 0.0
 
-
+# %% ../nbs/03_tasks.ipynb #76af4d99
 def entity_f1(true_tags: list[list[str]], pred_tags: list[list[str]]) -> float:
     "Entity-level micro F1 over a corpus (seqeval, default mode)."
     from seqeval.metrics import f1_score
     return float(f1_score(true_tags, pred_tags))
 
-
+# %% ../nbs/03_tasks.ipynb #9719cd38
 def ndcg_standard(ranked: list[str], rels: dict, k: int = FINETUNE.ndcg_k) -> float:
     "NDCG@k of one query: graded gains, ideal DCG from every judged document. `ranked`: document ids, best first."
     dcg = sum(rels.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranked[:k]))
     ideal = sum(r / math.log2(i + 2) for i, r in enumerate(sorted(rels.values(), reverse=True)[:k]))
     return dcg / ideal if ideal else 0.0
 
-
+# %% ../nbs/03_tasks.ipynb #be04dc99
 def ndcg_encodeval(ranked: list[str], scores: list[float], rels: dict, k: int = FINETUNE.ndcg_k) -> float:
     """EncodEval's NDCG of one query: scikit-learn `ndcg_score` on the top-k documents (`ranked`, with their similarity
     `scores`) and binary labels (relevance >= 1); the ideal DCG is that of the retrieved k."""
@@ -92,7 +93,7 @@ def ndcg_encodeval(ranked: list[str], scores: list[float], rels: dict, k: int = 
     if len(labels) < 2: return float(sum(labels))   # scikit-learn needs two documents; one document: hit or miss
     return float(ndcg_score([labels], [scores[:k]]))
 
-
+# %% ../nbs/03_tasks.ipynb #2fa97dbc
 def ndcg_at_10(scores: dict, qrels: dict, mode: str = 'standard') -> float:
     "Mean NDCG@10 over the queries of `qrels`; `scores`: qid -> {did: score}, `qrels`: qid -> {did: relevance}."
     vals = []
@@ -119,7 +120,7 @@ class Task:
     revisions: tuple = ()            # (hub repo, revision) pairs: the commit (or tag) each repo it reads is loaded at;
                                      # a repo not named loads its default branch (the revision loaded is recorded)
 
-
+# %% ../nbs/03_tasks.ipynb #a6ff4669
 _LOADING = contextvars.ContextVar('_LOADING', default=None)   # while a task loads: (revisions asked, revisions loaded)
 
 
@@ -132,7 +133,7 @@ def _content_sha(folder: Path) -> str:
             h.update(str(rel).encode() + b'\0' + hashlib.sha256(p.read_bytes()).digest())
     return f'content-sha256:{h.hexdigest()}'
 
-
+# %% ../nbs/03_tasks.ipynb #4766df6d
 def _commit_of(ds) -> str | None:
     "The hub commit a loaded dataset was built from: `datasets` caches it in a folder named by that commit; else None."
     for d in (ds.values() if isinstance(ds, dict) else [ds]):
@@ -140,19 +141,19 @@ def _commit_of(ds) -> str | None:
             if re.fullmatch(r'[0-9a-f]{40}', name := Path(f['filename']).parent.name): return name
     return None
 
-
+# %% ../nbs/03_tasks.ipynb #16d0026f
 def loaded_revision(path: str, ds) -> str | None:
     "What `path` was loaded at: the hub commit, else for a local folder its content hash, else None (not known)."
     return _content_sha(Path(path)) if Path(path).is_dir() else _commit_of(ds)
 
-
+# %% ../nbs/03_tasks.ipynb #2b4d0966
 def _revision_text(loaded: dict) -> str | None:
     "One value for a task's `dataset_revision`: its repo's revision, or `repo@revision` of each repo it read (sorted)."
     if not loaded or all(v is None for v in loaded.values()): return None
     if len(loaded) == 1: return next(iter(loaded.values()))
     return ';'.join(f'{repo}@{rev}' for repo, rev in sorted(loaded.items()))
 
-
+# %% ../nbs/03_tasks.ipynb #042c5264
 def load_task_revision(task: Task, source: str = 'encodeval') -> tuple[dict, str | None]:
     "The examples of `task` from `source` (`load_task`), each hub repo at its pinned revision, and the revision loaded."
     if source not in DATA_SOURCES: raise ConfigError(f'data_source={source!r}; choose one of {list(DATA_SOURCES)}')
@@ -163,12 +164,12 @@ def load_task_revision(task: Task, source: str = 'encodeval') -> tuple[dict, str
     finally: _LOADING.reset(token)
     return data, _revision_text(loaded)
 
-
+# %% ../nbs/03_tasks.ipynb #5a1116d3
 def load_task(task: Task, source: str = 'encodeval') -> dict:
     "The examples of `task` from `source` (see the table above); a task with one source ignores `source`."
     return load_task_revision(task, source)[0]
 
-
+# %% ../nbs/03_tasks.ipynb #a5edb3b4
 def _hub(path, name=None, split=None):
     """`datasets.load_dataset` at the revision the loading task pins for `path` (`Task.revisions`), recording the
     revision loaded; unpinned, a dataset that still ships a loading script is read from the hub's Parquet export (pin
@@ -188,14 +189,14 @@ def _hub(path, name=None, split=None):
     loaded[path] = got
     return ds
 
-
+# %% ../nbs/03_tasks.ipynb #e183ef47
 def _glue(config, test_split='validation'):
     def load_():
         train, valid = split_train(convert_glue(_hub('nyu-mll/glue', config, 'train'), config))
         return dict(train=train, validation=valid, test=convert_glue(_hub('nyu-mll/glue', config, test_split), config))
     return load_
 
-
+# %% ../nbs/03_tasks.ipynb #bac175f8
 def _tagging(path, name=None, tags_column='ner_tags', tokens_column='tokens'):
     "A tagging dataset with its own train/validation/test splits (no 95/5 split, as EncodEval)."
     def load_():
@@ -206,7 +207,7 @@ def _tagging(path, name=None, tags_column='ner_tags', tokens_column='tokens'):
         return out
     return load_
 
-
+# %% ../nbs/03_tasks.ipynb #5b6725f7
 def _squad(path):
     "SQuAD-layout QA (SQuAD, SQuAD v2, hgissbkh/record): 95/5 of train, the hub's validation as test."
     def load_():
@@ -214,12 +215,12 @@ def _squad(path):
         return dict(train=train, validation=valid, test=convert_squad(_hub(path, split='validation')))
     return load_
 
-
+# %% ../nbs/03_tasks.ipynb #74d90c3a
 def _record_superglue():
     train, valid = split_train(convert_record(_hub('super_glue', 'record', 'train')))
     return dict(train=train, validation=valid, test=convert_record(_hub('super_glue', 'record', 'validation')))
 
-
+# %% ../nbs/03_tasks.ipynb #3ac160bd
 def _pairs(path, name=None):
     "MS MARCO (query, positive passage) training pairs; any other column (a triplet's negative) is not used."
     def load_():
@@ -236,14 +237,14 @@ def _id_column(rows) -> str:
         if c in have: return c
     raise ConfigError(f"retrieval dataset: column '_id' is missing; the dataset has {have}")
 
-
+# %% ../nbs/03_tasks.ipynb #54375cbb
 def _qrels(rows, what: str) -> dict:
     require_columns(rows, ['query-id', 'corpus-id', 'score'], f'{what} qrels')
     out = {}
     for r in rows: out.setdefault(str(r['query-id']), {})[str(r['corpus-id'])] = int(r['score'])
     return out
 
-
+# %% ../nbs/03_tasks.ipynb #af190a1c
 def _texts(rows, wanted: set, fmt: Callable, what: str) -> dict:
     "id -> text for the rows whose id is in `wanted`."
     col = _id_column(rows)
@@ -251,13 +252,13 @@ def _texts(rows, wanted: set, fmt: Callable, what: str) -> dict:
     rows = rows.filter(lambda ids: [str(i) in wanted for i in ids], input_columns=col, batched=True)
     return {str(r[col]): fmt(r) for r in rows}
 
-
+# %% ../nbs/03_tasks.ipynb #40cfc5b8
 def _halves(qrels: dict) -> dict:
     "NQ: the sorted query ids taken alternately, validation first (deterministic; see above)."
     qids = sorted(qrels)
     return dict(validation={q: qrels[q] for q in qids[::2]}, test={q: qrels[q] for q in qids[1::2]})
 
-
+# %% ../nbs/03_tasks.ipynb #c7a0d1da
 def _shared_corpus(parts: dict, queries: dict, corpus: dict) -> dict:
     """Validation and test around one corpus: every judged document of either split. A query is kept when it has a
     document of relevance >= 1 (EncodEval keeps only those); its qrels keep every judgement (graded, zeros included)."""
@@ -267,7 +268,7 @@ def _shared_corpus(parts: dict, queries: dict, corpus: dict) -> dict:
         return dict(queries={q: queries[q] for q in keep}, corpus=shared, qrels={q: p[q] for q in keep})
     return dict(train=[], **{s: split(p) for s, p in parts.items()})
 
-
+# %% ../nbs/03_tasks.ipynb #8d771841
 def _beir(name: str, halve: bool = False, titles: bool = False):
     """BEIR retrieval as EncodEval's `datasets.msmarco` / `datasets.nq`: `BeIR/{name}` queries and corpus,
     `BeIR/{name}-qrels` validation/test (`halve`: the test qrels halved, NQ). Documents are "title. text" (`titles`,
@@ -283,7 +284,7 @@ def _beir(name: str, halve: bool = False, titles: bool = False):
         return _shared_corpus(parts, queries, corpus)
     return load_
 
-
+# %% ../nbs/03_tasks.ipynb #66d1526e
 def _mldr_en():
     "EncodEval's `datasets.mldr_en`: hgissbkh/mldr-en dev/test; relevant = each query's `positive_passages`."
     parts, queries = {}, {}
@@ -296,7 +297,7 @@ def _mldr_en():
     corpus = _texts(_hub('hgissbkh/mldr-en', 'corpus', 'corpus'), wanted, lambda r: r['text'], 'hgissbkh/mldr-en corpus')
     return _shared_corpus(parts, queries, corpus)
 
-
+# %% ../nbs/03_tasks.ipynb #3087cf83
 def _mteb_retrieval(path, test_split='test', valid_split=None, halve=False, lang=None, max_valid=1000):
     """The `'canonical'` retrieval sets (earlier mlmclm): MTEB-format qrels, queries and corpus, each evaluation
     split's corpus restricted to the documents of its own qrels. Validation: half of the test queries (`halve`, NQ), or
@@ -371,6 +372,8 @@ TASKS: dict[str, Task] = {t.name: t for t in [
     Task('corpus_cloze', 'QA', 'answer_tokens', embedded_cloze, max_length=192, in_paper=True),
     Task('corpus_retrieval', 'IR', 'embedding', embedded_retrieval, max_length=128, in_paper=True),
 ]}
+
+# %% ../nbs/03_tasks.ipynb #d3898c1e
 def resolve_tasks(spec: str) -> list[str]:
     "'all' (the paper's 12), 'embedded', a family ('SC'...), a task name, or a comma list of those."
     out = []

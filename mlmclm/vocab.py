@@ -17,11 +17,10 @@ from .core import ConfigError
 # %% auto #0
 __all__ = ['OBJECTIVES', 'SIZE_ORDER', 'CONTROL', 'SIZES', 'RATIOS', 'BUDGETS', 'E3_STEPS', 'CPT_STEPS', 'FULL_BUDGET',
            'FAMILIES', 'PAPER_DATASETS', 'PAPER_TASKS', 'EMBEDDED_TASKS', 'PAPER_LRS', 'PAPER_SEEDS', 'TRAIN_ON',
-           'ADAMW', 'PRETRAIN', 'FINETUNE', 'FINETUNE_OPTIONS', 'PROTOCOL_AXES', 'PROTOCOL', 'Objective',
-           'objective_of', 'Component', 'compound_label', 'compound_parts', 'Phase', 'parse_schedule', 'phase_at',
-           'drawn_phase', 'switch_steps', 'RunName', 'kilo_steps', 'run_name', 'phase_of_label', 'parse_run_name',
-           'run_kind', 'describe_checkpoint', 'paper_experiments', 'paper_checkpoints', 'paper_run_names', 'AdamW',
-           'PretrainRecipe', 'FinetuneRecipe', 'ProtocolOption', 'check_protocol_axes']
+           'ADAMW', 'PRETRAIN', 'Objective', 'objective_of', 'Component', 'compound_label', 'compound_parts', 'Phase',
+           'parse_schedule', 'phase_at', 'drawn_phase', 'switch_steps', 'RunName', 'kilo_steps', 'run_name',
+           'phase_of_label', 'parse_run_name', 'run_kind', 'describe_checkpoint', 'paper_experiments',
+           'paper_checkpoints', 'paper_run_names', 'AdamW', 'PretrainRecipe']
 
 # %% ../nbs/00a_vocab.ipynb #405ae61a
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class Objective:
         "How a figure's legend writes it: 'CLM', 'MLM-40'."
         return f'{self.title}-{round(mask_ratio * 100)}' if self.masked else self.title
 
-
+# %% ../nbs/00a_vocab.ipynb #9bf153e6
 OBJECTIVES = {o.name: o for o in [
     Objective('clm', 'CLM', causal=True, masked=False, next_token=True, source='the paper (GPT-style pretraining)'),
     Objective('mlm', 'MLM', causal=False, masked=True, next_token=False, source='the paper (BERT-style pretraining)'),
@@ -87,7 +86,7 @@ class Component:
         r = self.ratios
         return None if not r else r[0] if len(r) == 1 else (sum(r) - (r[0] + r[-1]) / 2) / (len(r) - 1)
 
-
+# %% ../nbs/00a_vocab.ipynb #617576e0
 _PART = re.compile(r'(\d+)?([a-z]+?)(\d+(?:to\d+)*)?')
 
 def _read_part(text: str, label: str, mixture: bool, mask_ratio: float | None) -> Component:
@@ -112,7 +111,7 @@ def _read_part(text: str, label: str, mixture: bool, mask_ratio: float | None) -
                           f'{obj.name}{stops.split("to")[0]}')
     return Component(obj.name, int(weight) if weight else 100, ratios)
 
-
+# %% ../nbs/00a_vocab.ipynb #9be7fba8
 def _parts(label: str, mask_ratio: float | None) -> tuple:
     "The parts (`Component`) that `label` spells ('50clm+50mlm40', 'mlm30to15to5'), checked; `mask_ratio`: of parts that name none."
     texts = label.split('+')
@@ -125,18 +124,18 @@ def _parts(label: str, mask_ratio: float | None) -> tuple:
             raise ConfigError(f'phase {label!r}: two parts train the same objective at the same ratio; add their weights')
     return parts
 
-
+# %% ../nbs/00a_vocab.ipynb #2efe5885
 def compound_label(label: str, mask_ratio: float | None = None) -> str:
     "The canonical spelling of a mixture or moving ratio ('50clm+50mlm' with `mask_ratio` 0.4 -> '50clm+50mlm40')."
     return '+'.join(c.label for c in _parts(label, mask_ratio))
 
-
+# %% ../nbs/00a_vocab.ipynb #f4a0aff6
 @functools.lru_cache(maxsize=None)
 def compound_parts(label: str) -> tuple:
     "The parts (`Component`) of a canonical compound label (a phase's `objective`)."
     return _parts(label, None)
 
-
+# %% ../nbs/00a_vocab.ipynb #e47c7d58
 def _drawn_part(parts: tuple, seed: int, first_row: int) -> Component:
     """The part that micro-batch `first_row` trains: a uniform draw in [0, 100) from the SHA-256 of the run's seed and the
     row only (no generator state); part i takes the draws in [w_1 + ... + w_(i-1), w_1 + ... + w_i)."""
@@ -207,7 +206,7 @@ class Phase:
         if not self.compound: return [(1.0, self)]
         return [(c.weight / 100, Phase(c.objective, self.steps, c.ratios[-1] if c.ratios else None)) for c in self.parts]
 
-
+# %% ../nbs/00a_vocab.ipynb #d4d7fe3c
 def _named_schedule(schedule, total_steps, clm_steps, clm_fraction, mask_ratio) -> list[Phase]:
     if not total_steps: raise ConfigError(f'schedule={schedule!r} needs total_steps >= 1, got {total_steps!r}')
     if schedule in OBJECTIVES: return [Phase(schedule, total_steps, mask_ratio if OBJECTIVES[schedule].masked else None)]
@@ -220,7 +219,7 @@ def _named_schedule(schedule, total_steps, clm_steps, clm_fraction, mask_ratio) 
                           f'for a biphasic schedule of total_steps={total_steps}')
     return [Phase('clm', n_clm), Phase('mlm', total_steps - n_clm, mask_ratio)]
 
-
+# %% ../nbs/00a_vocab.ipynb #6577bba7
 def _phase_list(schedule: str, mask_ratio: float) -> list[Phase]:
     phases = []
     for part in schedule.split(','):
@@ -240,14 +239,14 @@ def _phase_list(schedule: str, mask_ratio: float) -> list[Phase]:
         phases.append(Phase(obj.name, steps, (int(ratio) / 100 if ratio else mask_ratio) if obj.masked else None))
     return phases
 
-
+# %% ../nbs/00a_vocab.ipynb #12b5db87
 def _check_mask_ratio(ratio: float) -> None:
     "A mask ratio in [0.01, 1): phases are named in whole percents ('mlm40'), and rarer masks leave batches with nothing to predict."
     if not 0.01 <= ratio < 1:
         raise ConfigError(f'mask_ratio={ratio} must be in [0.01, 1): phases are named in whole percents (mlm40), and a '
                           f'rarer mask leaves batches with no masked token to predict')
 
-
+# %% ../nbs/00a_vocab.ipynb #5a78da21
 def parse_schedule(schedule: str,                     # an objective ('mlm', 'clm', 'mntp'), 'biphasic', or 'clm:10000,mlm40:32000'
                    total_steps: int | None = None,    # the budget (required for the named schedules)
                    clm_steps: int | None = None,      # biphasic: CLM steps before the switch
@@ -267,7 +266,7 @@ def parse_schedule(schedule: str,                     # an objective ('mlm', 'cl
         if not p.compound and OBJECTIVES[p.objective].masked: _check_mask_ratio(p.mask_ratio)   # a compound's: when read
     return phases
 
-
+# %% ../nbs/00a_vocab.ipynb #a226dba6
 def phase_at(phases: list[Phase], step: int) -> tuple[int, Phase]:
     "The phase (index, phase) that optimizer step `step` (0-based) belongs to."
     end = 0
@@ -276,13 +275,13 @@ def phase_at(phases: list[Phase], step: int) -> tuple[int, Phase]:
         if step < end: return i, p
     raise ValueError(f'step {step} is past the schedule ({end} steps)')
 
-
+# %% ../nbs/00a_vocab.ipynb #fede6aae
 def drawn_phase(phases: list[Phase], step: int, seed: int, first_row: int) -> Phase:
     "The plain phase that the micro-batch starting at row `first_row` of optimizer step `step` trains (`Phase.at`)."
     i, p = phase_at(phases, step)
     return p.at(step - sum(q.steps for q in phases[:i]), seed, first_row)
 
-
+# %% ../nbs/00a_vocab.ipynb #7ae82e0d
 def switch_steps(phases: list[Phase]) -> list[int]:
     "Steps at which a phase ends and another begins (where switch checkpoints are taken)."
     return list(itertools.accumulate(p.steps for p in phases))[:-1]
@@ -310,13 +309,13 @@ class RunName:
         ratios = {p.mask_ratio for p in self.phases if p.masked}   # a compound phase has none (None)
         return ratios.pop() if len(ratios) == 1 else None
 
-
+# %% ../nbs/00a_vocab.ipynb #7548a26a
 def kilo_steps(steps: int) -> str:
     "`42000` -> `'42k'`: how the released names write a step count."
     if steps % 1000: raise ValueError(f'{steps} steps cannot be written in the released naming (multiples of 1000)')
     return f'{steps // 1000}k'
 
-
+# %% ../nbs/00a_vocab.ipynb #eae5f4f7
 def run_name(run: RunName) -> str:
     "The released name of a run (the inverse of `parse_run_name`)."
     body = f'{run.cpt_from.split("-", 1)[1].rsplit("-", 1)[0]}-dec{kilo_steps(run.cpt_start)}' if run.cpt_from else ''
@@ -328,7 +327,7 @@ def run_name(run: RunName) -> str:
     name = f'{run.size}-{text}'
     return name if run.checkpoint_step is None else f'{name}-{run.checkpoint_step}'
 
-
+# %% ../nbs/00a_vocab.ipynb #a38e9ad4
 def _labels() -> str:
     """The phase labels the table allows, as a regular expression: 'clm|mlm\\d{2}|mntp\\d{2}', then the compound ones
     (a mixture '50clm+50mlm40', a moving ratio 'mlm30to5'; `Phase` checks them whole). Read at each call."""
@@ -337,7 +336,7 @@ def _labels() -> str:
     plain = '|'.join(o.name + (r'\d{2}' if o.masked else '') for o in OBJECTIVES.values())
     return rf'{plain}|{part}(?:\+{part})+|(?:{masked})\d+(?:to\d+)+'
 
-
+# %% ../nbs/00a_vocab.ipynb #db50b873
 def phase_of_label(label: str,  # a released phase label: 'clm', 'mlm40', 'mntp30'
                    steps: int,
                   ) -> Phase:
@@ -348,6 +347,7 @@ def phase_of_label(label: str,  # a released phase label: 'clm', 'mlm40', 'mntp3
     if obj.masked != bool(m.group(2)): raise ValueError(f'phase label {label!r}: expected {obj.label(0.4)!r}-like')
     return Phase(obj.name, steps, int(m.group(2)) / 100 if obj.masked else None)
 
+# %% ../nbs/00a_vocab.ipynb #9bcd3dde
 def parse_run_name(name: str) -> RunName:
     "The size, phases, CPT origin and checkpoint step encoded in a released model name."
     m = re.fullmatch(r'(?P<size>\d+(?:\.\d+)?[mb]|tiny)-(?P<rest>.+?)(?:-(?P<ckpt>\d{3,}))?', name)
@@ -380,6 +380,7 @@ def run_kind(phases,          # the phases trained (after the CPT start, if any)
     if not cpt and any(p.compound for p in phases): return 'mixed'
     return 'cpt' if cpt else objectives.pop() if len(objectives) == 1 else 'biphasic'
 
+# %% ../nbs/00a_vocab.ipynb #7dea2e6a
 def describe_checkpoint(name: str) -> dict:
     "Pretraining metadata of a checkpoint, from its released name."
     r = parse_run_name(name)
@@ -421,12 +422,12 @@ def paper_experiments(appendix: bool = False,  # add the appendix's 1B biphasic 
             'E7': [f'610m-{o}-dec42k-mlm40-{k(FULL_BUDGET + c)}' for o in ('clm', 'mlm40') for c in CPT_STEPS],
             **appendix_runs}
 
-
+# %% ../nbs/00a_vocab.ipynb #14e353d6
 def paper_checkpoints(appendix: bool = False) -> list[str]:
     "Every evaluated checkpoint of the paper, once, in experiment order."
     return list(dict.fromkeys(n for names in paper_experiments(appendix).values() for n in names))
 
-
+# %% ../nbs/00a_vocab.ipynb #f855006f
 def paper_run_names(appendix: bool = False) -> list[str]:
     "Every pretraining run behind those checkpoints (an intermediate checkpoint belongs to its run)."
     return list(dict.fromkeys(run_name(dataclasses.replace(parse_run_name(n), checkpoint_step=None))
@@ -455,7 +456,7 @@ class AdamW:
     def __str__(self): return (f'AdamW ({self.beta1}, {self.beta2}), eps {self.eps:g}, weight decay {self.weight_decay}, '
                                f'clip {self.grad_clip}')
 
-
+# %% ../nbs/00a_vocab.ipynb #4fce2b38
 @dataclass(frozen=True)
 class PretrainRecipe:
     lr: float = 5e-4                 # peak, every size and objective
@@ -475,118 +476,6 @@ class PretrainRecipe:
     @property
     def grad_accum(self) -> int: return self.global_batch // (self.batch_size * self.gpus)   # 24 on the authors' 8 GPUs
 
-
+# %% ../nbs/00a_vocab.ipynb #bd960de4
 ADAMW = AdamW()
 PRETRAIN = PretrainRecipe()
-
-# %% ../nbs/00a_vocab.ipynb #b41f976c
-@dataclass(frozen=True)
-class FinetuneRecipe:
-    batch_size: int = 32             # configs/*/*.yaml: train_batch_size 32 (IR: per_device_train_batch_size 32)
-    max_steps: int = 1000            # configs: max_steps 1000 ...
-    epoch_tasks: tuple = ('conll2003_en', 'uner_en')   # ... except these: max_steps -1, one full epoch
-    warmup_ratio: float = 0.1        # configs: warmup_ratio 0.1; transformers: ceil(ratio x steps) warmup steps
-    max_length: int = round(0.99 * 2048)   # abstract_eval.py EvalConfig.__post_init__: 1% below max_position_embeddings
-    train_size: float = 0.95         # datasets.py: train_test_split(train_size=0.95, seed=42)
-    split_seed: int = 42
-    eval_every: int = 100            # configs: eval_steps 100 (only used when the best step is selected)
-    retrieval_scale: float = 20.0    # CachedMultipleNegativesRankingLoss default scale, cosine similarity
-    ndcg_k: int = 10
-
-
-@dataclass(frozen=True)
-class ProtocolOption:
-    "One fine-tuning choice that moves scores: its default, what each choice means, and where the default comes from."
-    default: str
-    meanings: dict                   # choice -> what it does, in words (Table 1 and the protocol document print these)
-    source: str                      # the paper, the authors' file, or 'our choice, because ...'
-
-    @property
-    def choices(self) -> tuple: return tuple(self.meanings)
-
-    def __str__(self): return self.meanings[self.default]
-
-
-FINETUNE = FinetuneRecipe()
-_EE = 'hgissbkh/EncodEval@MLM_vs_CLM'
-FINETUNE_OPTIONS = {
-    'select_step': ProtocolOption('final', {
-        'final': 'the final weights are tested (no validation during training)',
-        'best': f'validation every {FINETUNE.eval_every} steps; the best step\'s weights are tested (earlier mlmclm)'},
-        f'{_EE} main.py (train, then validate and test the same model) and configs (save_strategy "no", no '
-        'load_best_model_at_end)'),
-    'precision': ProtocolOption('auto', {
-        'auto': 'pure bf16 on a GPU with bf16 (weights, head and AdamW states; no fp32 master copy), fp32 elsewhere',
-        'pure_bf16': 'model, head and AdamW states in bf16, no fp32 master weights',
-        'amp_bf16': 'fp32 weights and AdamW states, bf16 autocast (earlier mlmclm)',
-        'fp32': 'fp32 throughout'},
-        f'{_EE} encodeval/eval_tasks/abstract_eval.py (EvalConfig.__post_init__: model.to(dtype)) and configs '
-        '(dtype bfloat16, bf16: true); CPU stays fp32 (our choice: bf16 on CPU is slow and not what the paper ran)'),
-    'data_source': ProtocolOption('encodeval', {
-        'encodeval': "the authors' hub copies: hgissbkh/{conll2003-en, ontonotes5, uner_en, record, msmarco-pairs, "
-                     "mldr-en}, BeIR/{msmarco, nq} with their qrels; MS MARCO validation = dev, test = TREC-DL-19; one "
-                     "corpus per retrieval set shared by validation and test",
-        'canonical': 'eriktks/conll2003, tner/ontonotes5, universalner en_ewt, super_glue record, co-condenser MS MARCO '
-                     'triplets, mteb/{msmarco, nq, MultiLongDocRetrieval}; MS MARCO validation = 1,000 train queries, '
-                     'test = dev; a corpus per split (earlier mlmclm)'},
-        f'{_EE} encodeval/datasets.py'),
-    'special_tokens': ProtocolOption('eos', {
-        'eos': 'no BOS; EOS appended after the text (cut with the text when it overflows)',
-        'bos_eos': 'BOS + text + EOS (earlier mlmclm, as pretraining rows)'},
-        f'{_EE} encodeval/eval_tasks/*_eval.py tokenize: text + eos_token, add_special_tokens=False'),
-    'tc_mode': ProtocolOption('encodeval', {
-        'encodeval': "every sub-token carries its word's tag; a word's prediction is the majority vote of its "
-                     "sub-tokens; score = mean per-sentence macro-F1 over tag ids ('O' included, sklearn)",
-        'seqeval': 'first sub-token labelled; score = entity-level micro F1 (seqeval) over the corpus (earlier mlmclm)'},
-        f'{_EE} TokenClassificationEval (tokenize, get_token_predictions_labels, compute_f1s)'),
-    'qa_mode': ProtocolOption('encodeval', {
-        'encodeval': 'a 2-label token classifier marks the tokens of the first gold answer; input "Question: {q}\\n'
-                     'Context: " + context + EOS, only the context truncated, no stride; score = F1 between predicted '
-                     'and gold token-position sets (an empty set counts as {0})',
-        'squad': 'start/end heads over strided context windows; score = SQuAD F1 over all gold answers (earlier mlmclm)'},
-        f'{_EE} QuestionAnsweringEval (tokenize, sanitize_predictions_labels, compute_f1s); configs/QA: '
-        'AutoModelForTokenClassification, num_labels 2'),
-    'ndcg_mode': ProtocolOption('encodeval', {
-        'encodeval': 'sklearn ndcg_score on the 10 retrieved documents with binary labels (relevance >= 1): the ideal '
-                     'DCG comes from the retrieved 10 only',
-        'standard': 'NDCG@10 with graded gains and the ideal DCG from all judged documents (earlier mlmclm)'},
-        f'{_EE} RetrievalEval (get_predictions_labels_at_k, compute_ndcgs)'),
-    'warmup': ProtocolOption('ceil', {
-        'ceil': f'ceil({FINETUNE.warmup_ratio:g} x steps) warmup steps, then linear decay to 0',
-        'round': f'round({FINETUNE.warmup_ratio:g} x steps), at least 1 (earlier mlmclm)'},
-        'configs (warmup_ratio 0.1, lr_scheduler_type linear); transformers TrainingArguments.get_warmup_steps'),
-    'attention': ProtocolOption('bidirectional', {
-        'bidirectional': 'bidirectional attention for every model, CLM ones included',
-        'causal': 'causal attention (a decoder fine-tuned as it was pretrained)'},
-        'paper (all models are fine-tuned bidirectionally); the SLModel class that would show it is not public'),
-    'pooling': ProtocolOption('mean', {
-        'mean': 'mean over real tokens (sequence classification and retrieval)',
-        'last': 'the last real token', 'first': 'the first token'},
-        "paper (mean pooling); retrieval: SentenceTransformer's default Pooling(mean) in RetrievalEval; the sequence "
-        'classification head of SLModel is not public'),
-}
-
-# the protocol options a study may vary between runs (the protocol and precision ablations): each is part of a run's
-# identity, as asked (precision 'auto', not the format it resolved to on the device, so a CPU and a GPU ask the same)
-PROTOCOL_AXES = {a: FINETUNE_OPTIONS[a].choices for a in ('attention', 'pooling', 'precision')}   # the paper's value first
-
-def check_protocol_axes(names) -> None:
-    "Refuse any of `names` (a protocol cell's or grid's keys) that is not an axis of `PROTOCOL_AXES`."
-    unknown = set(names) - set(PROTOCOL_AXES)
-    if unknown: raise ConfigError(f'unknown protocol axis {sorted(unknown)}; choose from {list(PROTOCOL_AXES)}')
-
-# the fine-tuning protocol in words, as Table 1 prints it: written from FINETUNE and FINETUNE_OPTIONS' defaults
-PROTOCOL = {'optimizer': str(ADAMW), 'schedule': f'linear: {FINETUNE_OPTIONS["warmup"]}',
-            'batch': f'{FINETUNE.batch_size} (micro-batches x gradient accumulation)',
-            'steps': f'min({FINETUNE.max_steps:,}, one epoch); one epoch for {", ".join(FINETUNE.epoch_tasks)}',
-            'split': f'{FINETUNE.train_size:.0%} / {1 - FINETUNE.train_size:.0%} of train (datasets train_test_split, '
-                     f'seed {FINETUNE.split_seed}) where a dataset has no validation split',
-            'max length': f'{FINETUNE.max_length:,} tokens',
-            **{name: str(FINETUNE_OPTIONS[k]) for k, name in (('select_step', 'weights tested'), ('precision', 'precision'),
-               ('special_tokens', 'special tokens'), ('attention', 'attention'), ('pooling', 'pooling'))},
-            'learning rates': ', '.join(f'{lr:g}' for lr in PAPER_LRS), 'seeds': ', '.join(map(str, PAPER_SEEDS)),
-            'selection': "per (model, dataset, seed): the seed's best LR on validation; test mean and 95% t-interval over seeds",
-            'token classification': str(FINETUNE_OPTIONS['tc_mode']),
-            'question answering': str(FINETUNE_OPTIONS['qa_mode']),
-            'retrieval': f'bi-encoder, {FINETUNE_OPTIONS["pooling"].default} pooling, in-batch negatives (cosine, '
-                         f'scale {FINETUNE.retrieval_scale:g}); NDCG@{FINETUNE.ndcg_k}: {FINETUNE_OPTIONS["ndcg_mode"]}'}

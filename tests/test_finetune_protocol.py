@@ -9,7 +9,7 @@ import mlmclm.encoding as enc
 import mlmclm.evaluation as ev
 from mlmclm.model import TaskModel
 from mlmclm.tasks import TASKS
-from mlmclm.vocab import FINETUNE_OPTIONS
+from mlmclm.finetune_protocol import FINETUNE_OPTIONS
 
 # every key a result row of `finetune_run` carries, whatever the family (others, e.g. `test_entity_f1`, depend on it)
 ROW_KEYS = {'dataset', 'family', 'val_score', 'test_score', 'val_scores_i', 'test_scores_i', 'steps', 'warmup_steps',

@@ -14,7 +14,7 @@ import mlmclm.evaluation as ev
 from mlmclm.model import HEADS
 from mlmclm.packing import HEAD_LOSSES, batch_backward
 from mlmclm.tasks import TASKS
-from mlmclm.vocab import FINETUNE_OPTIONS
+from mlmclm.finetune_protocol import FINETUNE_OPTIONS
 
 PACKAGE = Path(mlmclm.__file__).parent
 TABLES = {('model.py', 'HEADS'), ('packing.py', 'HEAD_LOSSES'), ('evaluation.py', 'KINDS')}   # where kinds are keys

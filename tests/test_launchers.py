@@ -18,7 +18,7 @@ from mlmclm.core import ConfigError, notebook_config, project_root, read_json, r
 from mlmclm.results import StoreWriter
 from mlmclm.runs import (FinetuneConfig, PretrainConfig, finetune_config, finetune_grid, finetune_preset, finetune_runs,
                          pretrain_preset)
-from mlmclm.vocab import PROTOCOL_AXES
+from mlmclm.finetune_protocol import PROTOCOL_AXES
 
 ROOT = project_root()
 PY = sys.executable

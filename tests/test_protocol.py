@@ -5,7 +5,8 @@ import re
 
 from mlmclm.core import project_root
 from mlmclm.runs import FinetuneConfig, finetune_config, finetune_grid
-from mlmclm.vocab import FINETUNE, FINETUNE_OPTIONS, PAPER_LRS, PAPER_SEEDS, PROTOCOL
+from mlmclm.vocab import PAPER_LRS, PAPER_SEEDS
+from mlmclm.finetune_protocol import FINETUNE, FINETUNE_OPTIONS, PROTOCOL
 
 DOC = (project_root()/'nbs'/'protocol.md').read_text()
 
