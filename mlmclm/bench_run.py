@@ -243,7 +243,10 @@ def smoke(device: str | None = None,          # None: CUDA when present
 
 # %% ../nbs/06b_bench_run.ipynb #dfbd9916
 def _bool_or_none(text: str):
-    return {'auto': None, 'on': True, 'off': False}[text]
+    "An on/off option's word: 'auto' (None: the device decides), 'on' or 'off'; another word is a usage error."
+    if text not in (words := {'auto': None, 'on': True, 'off': False}):
+        raise argparse.ArgumentTypeError(f'{text!r}: choose auto, on or off')
+    return words[text]
 
 # %% ../nbs/06b_bench_run.ipynb #2f8ff0a1
 def _parser() -> argparse.ArgumentParser:

@@ -171,3 +171,24 @@ def test_cell_rule_counts_what_it_says():
         assert _exported_cells(path) == [2]
         nb['cells'][1]['source'].insert(0, '#| export\n'); path.write_text(json.dumps(nb), encoding='utf-8')
         assert _exported_cells(path) == [2, 80] and max(_exported_cells(path)) > MAX_CELL_LINES
+
+
+MAX_UNSHOWN_RUN = 6   # exported cells in a row before a cell that shows them working
+
+
+def _exported_runs(nb: Path) -> list[int]:
+    "Lengths of `nb`'s runs of consecutive exported cells (nothing but exported cells between them)."
+    runs, cur = [], 0
+    for c in json.loads(nb.read_text(encoding='utf-8'))['cells']:
+        exported = c['cell_type'] == 'code' and re.match(r'\s*#\|\s*export', ''.join(c['source']))
+        if exported: cur += 1
+        elif cur: runs.append(cur); cur = 0
+    return runs + ([cur] if cur else [])
+
+
+@pytest.mark.parametrize('nb', sorted(p.name for p in (ROOT/'nbs').glob('[0-9]*.ipynb')))
+def test_definitions_are_shown_below_them(nb):
+    "Each definition is followed, within a few cells, by one that demonstrates it (define, then show it working)."
+    runs = _exported_runs(ROOT/'nbs'/nb)
+    assert max(runs, default=0) <= MAX_UNSHOWN_RUN, \
+        f'{nb}: {max(runs)} exported cells in a row with no demonstration between them (at most {MAX_UNSHOWN_RUN})'
