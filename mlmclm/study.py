@@ -17,7 +17,7 @@ from .vocab import (CONTROL, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS
                           EMBEDDED_TASKS, Phase, RunName, objective_of, paper_experiments, parse_run_name, run_name)
 from .finetune_protocol import FINETUNE, PROTOCOL_AXES, check_protocol_axes
 from .runs import FinetuneConfig, FinetuneRun, finetune_config, finetune_grid, finetune_runs
-from .tasks import TASKS
+from .tasks import EXAMPLE_TEXTS, TASKS
 from .sizes import MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU, flops_per_token, model_config, param_counts
 
 # %% auto #0
@@ -294,13 +294,10 @@ def estimate(plan: StudyPlan, costs: Costs = Costs()):
 
 # %% ../nbs/04_study.ipynb #6e480ac3
 def _sequences(kind: str, example: dict) -> list[str]:
-    "The texts one training example of a task of head kind `kind` puts through the model (`mlmclm.finetune`'s encoders)."
-    if kind == 'sequence': return [example['text']]
-    if kind == 'token': return [' '.join(example['tokens'])]
-    if kind in ('answer_tokens', 'span'): return [f"Question: {example['question']}\nContext: {example['context']}"]
-    if kind == 'embedding': return ['Query: ' + example['query'], 'Document: ' + example['positive']]
-    raise ConfigError(f'task kind {kind!r}: the planner cannot count its examples; it knows sequence, token, '
-                      'answer_tokens, span and embedding')
+    "The texts one training example of a task of head kind `kind` puts through the model (`mlmclm.tasks.EXAMPLE_TEXTS`)."
+    if kind not in EXAMPLE_TEXTS:
+        raise ConfigError(f'task kind {kind!r}: the planner cannot count its examples; it knows {", ".join(EXAMPLE_TEXTS)}')
+    return EXAMPLE_TEXTS[kind](example)
 
 # %% ../nbs/04_study.ipynb #c1078446
 @functools.lru_cache(maxsize=None)

@@ -25,9 +25,9 @@ from .task_data import (NAME_TAGS, TASK_SPLITS, TWEET_TAGS, convert_glue, conver
                               embedded_ner, embedded_retrieval, embedded_sentiment, require_columns, split_train)
 
 # %% auto #0
-__all__ = ['DATA_SOURCES', 'CONLL_TAGS', 'ONTONOTES_TAGS', 'UNER_TAGS', 'TASKS', 'squad_f1', 'squad_em', 'position_set_f1',
-           'majority_tag', 'sentence_macro_f1', 'entity_f1', 'ndcg_standard', 'ndcg_encodeval', 'ndcg_at_10', 'Task',
-           'loaded_revision', 'load_task_revision', 'load_task', 'resolve_tasks']
+__all__ = ['DATA_SOURCES', 'EXAMPLE_TEXTS', 'CONLL_TAGS', 'ONTONOTES_TAGS', 'UNER_TAGS', 'TASKS', 'squad_f1', 'squad_em',
+           'position_set_f1', 'majority_tag', 'sentence_macro_f1', 'entity_f1', 'ndcg_standard', 'ndcg_encodeval',
+           'ndcg_at_10', 'Task', 'loaded_revision', 'load_task_revision', 'load_task', 'resolve_tasks']
 
 # %% ../nbs/03_tasks.ipynb #6071a0e2
 def _normalize(s: str) -> str:
@@ -119,6 +119,17 @@ class Task:
     canonical: Callable | None = None   # the earlier mlmclm source, where it differs from `load`
     revisions: tuple = ()            # (hub repo, revision) pairs: the commit (or tag) each repo it reads is loaded at;
                                      # a repo not named loads its default branch (the revision loaded is recorded)
+
+# %% ../nbs/03_tasks.ipynb #e7a1b2c3
+# head kind -> the texts one training example puts through the model, as fine-tuning's encoders frame them
+# (`mlmclm.encoding`): what the planner counts tokens of, without torch
+EXAMPLE_TEXTS = {
+    'sequence': lambda ex: [ex['text']],
+    'token': lambda ex: [' '.join(ex['tokens'])],
+    'answer_tokens': lambda ex: [f"Question: {ex['question']}\nContext: {ex['context']}"],
+    'span': lambda ex: [f"Question: {ex['question']}\nContext: {ex['context']}"],
+    'embedding': lambda ex: ['Query: ' + ex['query'], 'Document: ' + ex['positive']],
+}
 
 # %% ../nbs/03_tasks.ipynb #a6ff4669
 _LOADING = contextvars.ContextVar('_LOADING', default=None)   # while a task loads: (revisions asked, revisions loaded)

@@ -17,7 +17,7 @@ from mlmclm.tasks import TASKS
 from mlmclm.finetune_protocol import FINETUNE_OPTIONS
 
 PACKAGE = Path(mlmclm.__file__).parent
-TABLES = {('model.py', 'HEADS'), ('packing.py', 'HEAD_LOSSES'), ('evaluation.py', 'KINDS')}   # where kinds are keys
+TABLES = {('model.py', 'HEADS'), ('packing.py', 'HEAD_LOSSES'), ('evaluation.py', 'KINDS'), ('tasks.py', 'EXAMPLE_TEXTS')}   # where kinds are keys
 # each earlier-mlmclm option -> the one function allowed to branch on it
 OPTION_HOMES = {'select_step': '_train', 'ndcg_mode': '_eval_embedding', 'special_tokens': '_bos',
                 'warmup': 'warmup_steps', 'data_source': 'load_task', 'tc_mode': 'head_kind', 'qa_mode': 'head_kind'}
