@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from .core import ConfigError, append_jsonl, atomic_write_json, config_help, parse_setting, read_json, read_jsonl
-from .vocab import Phase, phase_at, switch_steps
+from .vocab import Phase, drawn_phase, phase_at, switch_steps
 from .runs import PretrainConfig, pretrain_config
 from .sizes import FLOP_CONVENTION, flops_per_token
 from .checkpoints import logged_losses, model_card, save
@@ -60,13 +60,11 @@ def step_batches(rows,                     # `read(first_row, n)` (a token store
     # a reader fetches only this process's rows; an iterator (standing at the first step's rows) is read in full
     read = rows if callable(rows) else _sequential(rows, steps.start * G)
     for step in steps:
-        i, phase = phase_at(phases, step)
-        in_phase = step - sum(p.steps for p in phases[:i])   # a moving ratio's clock
         micro = []
         for m in range(A):
             first = step * G + (m * world + rank) * B
             # a mixture's part is drawn from (seed, first row) only, a moving ratio read at the step: resumes draw alike
-            batch = make_batch(read(first, B), phase.at(in_phase, seed, first), tokenizer_ids, replace, seed, first)
+            batch = make_batch(read(first, B), drawn_phase(phases, step, seed, first), tokenizer_ids, replace, seed, first)
             micro.append({k: v.pin_memory() if pin and torch.is_tensor(v) else v for k, v in batch.items()})
         yield micro
 
@@ -210,8 +208,7 @@ def log_metrics(run: Run, state: TrainState, phase_index: int, phase: Phase, los
                heldout_loss=sum(w * loss for _, w, loss in parts) if held else None)
     if phase.compound:   # what the step's micro-batches (every process's) drew, and each part's held-out loss
         step, G, B = state.step - 1, run.rows_per_step, run.cfg.batch_size
-        at = step - sum(p.steps for p in run.phases[:phase_index])
-        drawn = [phase.at(at, run.cfg.seed, step * G + r).label for r in range(0, G, B)]
+        drawn = [drawn_phase(run.phases, step, run.cfg.seed, step * G + r).label for r in range(0, G, B)]
         row.update(drawn={d: drawn.count(d) for d in sorted(set(drawn))},
                    heldout_parts={k: loss for k, _, loss in parts} if held else None)
     if attn_spans is not None: attn_spans.clear()
