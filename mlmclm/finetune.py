@@ -19,7 +19,8 @@ from .core import (ConfigError, atomic_path, atomic_write_json, config_hash, pic
 from .claims import LEASE_S
 from .vocab import ADAMW
 from .finetune_protocol import FINETUNE, FINETUNE_OPTIONS, PROTOCOL_AXES
-from .runs import FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir, sweep_settings
+from .runs import (FinetuneConfig, claim_work, finetune_grid, finetune_runs, shard_dir, sweep_settings,
+                        train_steps)
 from .model import TaskModel, Transformer, build_model, compile_blocks, default_backend
 from .checkpoints import check_checkpoint, check_finite_weights, load, save
 from .data import load_tokenizer
@@ -34,10 +35,10 @@ from .encoding import feature_cache_dir, st_tokenizer
 from .evaluation import KINDS, HeadKind, RunContext, evaluate, head_kind
 
 # %% auto #0
-__all__ = ['CPU_TOKENS', 'MEMORY_MARGIN', 'ST_POOLING', 'check_finetune_config', 'resolve_precision', 'train_steps',
-           'warmup_steps', 'finetune_memory', 'token_budget', 'packed_layout', 'cap_eval', 'task_model', 'compiled',
-           'run_model', 'optimizer', 'optimizer_step', 'train_step', 'dataset_revision', 'finetune_run',
-           'save_sentence_transformer', 'recorded_name', 'finetune_sweep']
+__all__ = ['CPU_TOKENS', 'MEMORY_MARGIN', 'ST_POOLING', 'check_finetune_config', 'resolve_precision', 'warmup_steps',
+           'finetune_memory', 'token_budget', 'packed_layout', 'cap_eval', 'task_model', 'compiled', 'run_model',
+           'optimizer', 'optimizer_step', 'train_step', 'dataset_revision', 'finetune_run', 'save_sentence_transformer',
+           'recorded_name', 'finetune_sweep']
 
 # %% ../nbs/03b_finetune.ipynb #0ed99b09
 def check_finetune_config(cfg: FinetuneConfig) -> tuple[list[str], list[float], list[int]]:
@@ -55,14 +56,6 @@ def resolve_precision(precision: str, device) -> str:
     "'auto': pure bf16 where the device has bf16 (as the authors train), else fp32; any other value as given."
     if precision != 'auto': return precision
     return 'pure_bf16' if pick_dtype(device) == torch.bfloat16 else 'fp32'
-
-# %% ../nbs/03b_finetune.ipynb #318ab412
-def train_steps(task: str, n_train: int, cfg: FinetuneConfig) -> int:
-    """Optimizer steps: one epoch of full batches for the tasks the authors train one epoch (`max_steps: -1` in their
-    CoNLL and UNER configs), else at most 1,000 and one epoch; `cfg.max_steps` caps both."""
-    epoch = max(1, n_train // cfg.batch_size)
-    steps = epoch if task in FINETUNE.epoch_tasks else min(FINETUNE.max_steps, epoch)
-    return min(steps, cfg.max_steps) if cfg.max_steps else steps
 
 # %% ../nbs/03b_finetune.ipynb #ad555e5d
 def warmup_steps(steps: int,

@@ -24,9 +24,9 @@ __all__ = ['SEED_MAX', 'LR_MAX', 'TRACKERS', 'BIPHASIC_CLM_FRACTION', 'FSDP_SIZE
            'COMPARED', 'RESOLVED', 'CELL', 'PER_DATASET', 'NOT_RECORDED', 'OLDER_ROWS', 'AUTHORS_ROWS', 'comma_numbers',
            'tracker_names', 'legacy_tensorboard', 'step_defaults', 'PretrainInputs', 'PretrainConfig', 'grad_accum',
            'default_run_id', 'paper_preset', 'pretrain_preset', 'pretrain_config', 'write_paper_configs',
-           'FinetuneConfig', 'finetune_preset', 'finetune_config', 'finetune_grid', 'lr_text', 'run_key', 'FinetuneRun',
-           'finetune_runs', 'row_cell', 'sweep_settings', 'cell_differences', 'claim_status', 'PretrainRun',
-           'pretrain_run', 'shard_dir', 'work_claim_path', 'claim_work']
+           'FinetuneConfig', 'finetune_preset', 'finetune_config', 'finetune_grid', 'train_steps', 'lr_text', 'run_key',
+           'FinetuneRun', 'finetune_runs', 'row_cell', 'sweep_settings', 'cell_differences', 'claim_status',
+           'PretrainRun', 'pretrain_run', 'shard_dir', 'work_claim_path', 'claim_work']
 
 # %% ../nbs/00b_runs.ipynb #0c930ab7
 SEED_MAX = 2**32 - 1   # numpy's limit; every seed of the study fits (the paper's are 0-4 and 42)
@@ -309,6 +309,15 @@ def finetune_config(preset: str | None = None, **overrides) -> FinetuneConfig:
 def finetune_grid(cfg: FinetuneConfig) -> tuple[list[float], list[int]]:
     "The learning rates and seeds of `cfg`, checked."
     return comma_numbers(cfg.lrs, 'lrs'), comma_numbers(cfg.seeds, 'seeds', whole=True)
+
+# %% ../nbs/00b_runs.ipynb #c0ffee01
+def train_steps(task: str, n_train: int, cfg: FinetuneConfig) -> int:
+    """Optimizer steps of a fine-tuning run on `task` with `n_train` examples: one epoch of full batches for the tasks
+    the authors train one epoch (`max_steps: -1` in their CoNLL and UNER configs), else at most 1,000 and one epoch;
+    `cfg.max_steps` caps both. The loop (`mlmclm.finetune`) and the planner (`mlmclm.study`) both count with it."""
+    epoch = max(1, n_train // cfg.batch_size)
+    steps = epoch if task in FINETUNE.epoch_tasks else min(FINETUNE.max_steps, epoch)
+    return min(steps, cfg.max_steps) if cfg.max_steps else steps
 
 # %% ../nbs/00b_runs.ipynb #35e4928d
 def lr_text(lr: float) -> str:

@@ -16,7 +16,7 @@ from .core import ConfigError, assets_dir
 from .vocab import (CONTROL, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN, SIZE_ORDER,
                           EMBEDDED_TASKS, Phase, RunName, objective_of, paper_experiments, parse_run_name, run_name)
 from .finetune_protocol import FINETUNE, PROTOCOL_AXES, check_protocol_axes
-from .runs import FinetuneConfig, FinetuneRun, finetune_config, finetune_grid, finetune_runs
+from .runs import FinetuneConfig, FinetuneRun, finetune_config, finetune_grid, finetune_runs, train_steps
 from .tasks import EXAMPLE_TEXTS, TASKS
 from .sizes import MODEL_SIZES, PEAK_FLOPS, PLANNER_GPU, flops_per_token, model_config, param_counts
 
@@ -316,13 +316,12 @@ def shipped_examples(dataset: str, max_length: int) -> tuple[int, float] | None:
 
 # %% ../nbs/04_study.ipynb #ac61e817
 def finetune_steps(plan: StudyPlan, training: str, n_train: int, costs: Costs = Costs()) -> int:
-    """Steps of one run on `training` with `n_train` examples, by the fine-tuning loop's rule (`mlmclm.finetune.train_steps`):
-    one epoch, at most 1,000 steps except for the authors' one-epoch tasks, capped by the preset (or `costs`)."""
+    """Steps of one run on `training` with `n_train` examples, by the fine-tuning loop's rule (`mlmclm.runs.train_steps`)
+    under the preset, with `costs`' batch and step cap where it sets them."""
     cfg = finetune_config(plan.finetune_preset)
-    epoch = max(1, n_train // (costs.finetune_batch or cfg.batch_size))
-    steps = epoch if training in FINETUNE.epoch_tasks else min(FINETUNE.max_steps, epoch)
-    cap = costs.finetune_steps or cfg.max_steps
-    return min(steps, cap) if cap else steps
+    cfg = dataclasses.replace(cfg, batch_size=costs.finetune_batch or cfg.batch_size,
+                              max_steps=costs.finetune_steps or cfg.max_steps)
+    return train_steps(training, n_train, cfg)
 
 # %% ../nbs/04_study.ipynb #ab8ae4e1
 def run_tokens(plan: StudyPlan, training: str, costs: Costs = Costs()) -> float:

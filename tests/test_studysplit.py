@@ -51,7 +51,8 @@ def test_the_planner_counts_the_demos_examples_as_fine_tuning_encodes_them():
     "The planner's count (no torch) against the features the fine-tuning loop trains on: examples, tokens and steps."
     import statistics
     from mlmclm.data import load_tokenizer
-    from mlmclm.finetune import _run_context, train_steps
+    from mlmclm.finetune import _run_context
+    from mlmclm.runs import train_steps
     from mlmclm.evaluation import KINDS, head_kind
     from mlmclm.packing import example_tokens
     from mlmclm.runs import finetune_config
