@@ -10,7 +10,7 @@ Both come from the committed notebooks and their saved outputs (`.ci/outputs.py`
 
 The README's measured numbers are not typed in: `index.ipynb` writes `{{name args}}` where one belongs, and both the
 README and the site fill it in from the committed demo results (`NUMBERS` below): `results.csv` and `pretrain_loss.csv`
-as committed in `figures/demo/`, read from their copy in `tests/data/demo/` (which the tests keep equal to the
+as committed in `figures/demo/`, read from their copy in `tests/fixtures/demo/` (which the tests keep equal to the
 committed files, and which no demo run rewrites: a rerun on another CPU changes `figures/demo/`, not the README's
 source), and the measured times of `figures/demo/timings.json`. So the README cannot drift from them, and
 `check-readme` fails when they change until `docs.py readme` is run.
@@ -53,7 +53,7 @@ def readme_text() -> str:
 
 # ---------------------------------------------------------------- numbers from the committed results
 
-DEMO = ROOT/'tests'/'data'/'demo'                 # the committed demo tables (a copy no demo run rewrites)
+DEMO = ROOT/'tests'/'fixtures'/'demo'                 # the committed demo tables (a copy no demo run rewrites)
 TIMINGS = ROOT/'figures'/'demo'/'timings.json'     # the measured times of the README's commands
 PLACEHOLDER = re.compile(r'\{\{([a-z_]+)((?: [^{}\s]+)*)\}\}')
 # the demo's final models in the README's words, in its order (the control first)
@@ -64,7 +64,7 @@ DEMO_MODELS = {'tiny-random': '`tiny-random` (control)', 'tiny-clm-42k': 'CLM', 
 
 
 def _demo_results():
-    from mlmclm.results import read_results
+    from mlmclm.results.store import read_results
     return read_results(DEMO/'results.csv')
 
 
@@ -101,8 +101,8 @@ def pretrain_loss(run: str, column: str) -> str:
 
 def scores_table() -> str:
     "The demo's family scores (percent, mean ± half its 95% interval over seeds), one row per final model."
-    from mlmclm.render import control_scores, split_control, study_scores
-    from mlmclm.vocab import FAMILIES
+    from mlmclm.report.render import control_scores, split_control, study_scores
+    from mlmclm.protocol.paper import FAMILIES
     ours, control = split_control(_demo_results())
     scores = {**{(r.checkpoint, r.family): r for r in study_scores(ours).itertuples()},
               **{('tiny-random', r.family): r for r in control_scores(control).itertuples()}}
@@ -114,7 +114,7 @@ def scores_table() -> str:
 
 def intermediate_tasks() -> str:
     "The tasks the demo's intermediate checkpoints were fine-tuned on, from `results.csv`: 'two tasks (TC, QA)'."
-    from mlmclm.vocab import describe_checkpoint
+    from mlmclm.protocol.run_names import describe_checkpoint
     res = _demo_results()
     inter = res[[n != 'tiny-random' and describe_checkpoint(n)['intermediate'] for n in res.checkpoint_name]]
     tasks = inter.drop_duplicates('dataset').sort_values('family')
@@ -132,10 +132,10 @@ def count(what: str) -> str:
 
 def directions_summary() -> str:
     "The directions table of the demo in words: per comparison, each family's verdict."
-    from mlmclm.render import split_control
-    from mlmclm.tables import directions
-    from mlmclm.paper_runs import paper_rows, reported_scores
-    from mlmclm.aggregation import protocol_cell, seed_family_scores
+    from mlmclm.report.render import split_control
+    from mlmclm.report.tables import directions
+    from mlmclm.results.paper_runs import paper_rows, reported_scores
+    from mlmclm.results.aggregation import protocol_cell, seed_family_scores
     table = directions(seed_family_scores(protocol_cell(paper_rows(split_control(_demo_results())[0]))), reported_scores(), 'tiny')
     return '. '.join(f'{name}: ' + '; '.join(f'{r.family} {r.verdict}' for r in g.itertuples())
                      for name, g in table.groupby('comparison', sort=False))
@@ -278,14 +278,15 @@ def _crawl(browser: Chromium, session: str, site: Path) -> tuple[dict, list[str]
         if not seen['styled']: problems.append(f'{name}: no stylesheet applied')
         if re.search(r'/\d\d[a-z]?_\w+\.html$', url) and not seen['params']: problems.append(f'{name}: no parameter table')
         todo += [l for l in seen['links'] if l not in pages]
-    problems += [f'{p.name}: not reached from the front page' for p in sorted(site.glob('*.html')) if p.as_uri() not in pages]
+    problems += [f'{p.relative_to(site)}: not reached from the front page' for p in sorted(site.rglob('*.html'))
+                 if p.as_uri() not in pages and '_static' not in p.parts]
     return pages, problems
 
 
 def browser_check(site: Path, shots: Path) -> int:
     """Open every page reachable from the site's front page in headless Chromium: each must load with its stylesheet,
     its images and resources, without a script error, and the notebook pages must show parameter tables; screenshots
-    of the front page, a figure of 05_figures and a parameter table go to `shots`."""
+    of the front page, a figure of report/00_figures and a parameter table go to `shots`."""
     exe = next((shutil.which(n) for n in ('chromium', 'chromium-browser', 'google-chrome') if shutil.which(n)), None)
     if exe is None: print('no Chromium found: install it (Debian/Ubuntu: apt-get install chromium)'); return 2
     site, shots = Path(site).resolve(), Path(shots)
@@ -302,9 +303,9 @@ def browser_check(site: Path, shots: Path) -> int:
             pages, problems = _crawl(browser, session, site)
             _visit(browser, session, (site/'index.html').as_uri())
             written = [_screenshot(browser, session, shots/'index.png')]
-            _visit(browser, session, (site/'05_figures.html').as_uri())
-            written += [_screenshot(browser, session, shots/'05_figures-figure.png', 'document.images[0].scrollIntoView()'),
-                        _screenshot(browser, session, shots/'05_figures-params.png', "document.querySelector('table.params').scrollIntoView()")]
+            _visit(browser, session, (site/'report'/'00_figures.html').as_uri())
+            written += [_screenshot(browser, session, shots/'figures-figure.png', 'document.images[0].scrollIntoView()'),
+                        _screenshot(browser, session, shots/'figures-params.png', "document.querySelector('table.params').scrollIntoView()")]
         finally: browser.close()
     print(f"Chromium opened {len(pages)} pages from {site}/index.html, {sum(p.get('images', 0) for p in pages.values())} "
           f"images, {sum(p.get('params', 0) for p in pages.values())} parameter tables; screenshots: " + ', '.join(map(str, written)))
@@ -328,7 +329,7 @@ def main(argv: list[str]) -> int:
     if argv[0] == 'browser': return browser_check(site, Path(argv[2]) if len(argv) > 2 else ROOT/'runs'/'docs-check')
     problems = write_html(site)
     for p in problems: print('FAIL:', p)
-    print(f'{site}/: {len(list(site.glob("*.html")))} pages' + (f', not replaced: {len(problems)} problems' if problems
+    print(f'{site}/: {len(list(site.rglob("*.html")))} pages' + (f', not replaced: {len(problems)} problems' if problems
                                                                 else f' (open {site}/index.html)'))
     return 1 if problems else 0
 

@@ -1,12 +1,12 @@
 """The parts of the first GPU run (issue 38), run by `.ci/gpu` after it has set up `.venv`.
 
-Each part runs in a child process of its own (forked from this one once `mlmclm.bench_run` is imported, or spawned), with
+Each part runs in a child process of its own (forked from this one once `mlmclm.bench.smoke` is imported, or spawned), with
 a timeout of what is left of the run's time budget (and the part's own cap); a part with less left than it needs to
 start is skipped and said so. A part writes `<part>.json` the moment it ends, or `<part>.err` with its traceback (a
 part killed at its timeout or by a signal gets an `.err` that says so); its stdout and stderr go to `<part>.log`.
 `status.json` and `summary.md` are rewritten after every part, so an interrupted run still leaves them as far as it got.
 
-`--cpu-tiny` runs the same parts on the CPU at tiny sizes (the test suite does, `tests/test_gpu_script.py`).
+`--cpu-tiny` runs the same parts on the CPU at tiny sizes (the test suite does, `tests/bench/test_gpu_script.py`).
 """
 import argparse, inspect, json, os, re, signal, subprocess, sys, tempfile, time, traceback
 from dataclasses import dataclass
@@ -61,8 +61,8 @@ def _machine(ctx: Ctx) -> dict:
             out[name] = p.stdout + (f'\n[exit {p.returncode}] {p.stderr}' if p.returncode else '')
         except (OSError, subprocess.TimeoutExpired) as e: out[name] = f'{type(e).__name__}: {e}'
     import torch
-    from mlmclm.model import attention_kernel, default_backend
-    from mlmclm.objectives import device_peak_flops
+    from mlmclm.model.transformer import attention_kernel, default_backend
+    from mlmclm.base.devices import device_peak_flops
     dev = torch.device(ctx.device)
     out['torch'] = dict(version=torch.__version__, cuda=torch.version.cuda, cuda_available=torch.cuda.is_available(),
                         threads=torch.get_num_threads())
@@ -79,11 +79,11 @@ def _machine(ctx: Ctx) -> dict:
 
 def _smoke(ctx: Ctx) -> dict:
     "`mlmclm bench smoke`, each of its parts writing `smoke-<part>.json` (or `.err`) as it ends."
-    import mlmclm.bench_run as B
+    import mlmclm.bench.smoke as B
     # the parts are `_smoke_<part>(dev, ...)`; `_smoke_main` (the command line) is not one
     names = [n for n in dir(B) if n.startswith('_smoke_') and callable(getattr(B, n))
              and next(iter(inspect.signature(getattr(B, n)).parameters), None) == 'dev']
-    if not names: raise RuntimeError('mlmclm.bench_run has no _smoke_* parts any more: update .ci/gpu_run.py')
+    if not names: raise RuntimeError('mlmclm.bench.smoke has no _smoke_* parts any more: update .ci/gpu_run.py')
     for n in names: setattr(B, n, _written_as_it_ends(getattr(B, n), ctx.out/f"smoke-{n.removeprefix('_smoke_')}"))
     report = ctx.out/'smoke.json'
     try: B.main(['smoke', '--device', ctx.device, '--out', str(report)])
@@ -107,8 +107,8 @@ def bench_shape(size: str, objective: str, baseline: str, device_gib: float) -> 
     alive at once (each side's weights, gradients and AdamW), if `fit_settings` finds it fits as it is (no chunked
     loss, no checkpointing), else without the `ours+docs` side, else the largest micro-batch that fits. Every side is
     priced as the costliest, Hugging Face's (eager, SDPA, the LM head at every position)."""
-    from mlmclm.core import ConfigError
-    from mlmclm.sizes import fit_settings, memory_estimate
+    from mlmclm.base.configs import ConfigError
+    from mlmclm.model.sizes import fit_settings, memory_estimate
     run = dict(processes=1, strategy='none', seq_len=PAPER_SEQ_LEN, objective=objective, sparse_head=False,
                compiled=False, attn_backend='sdpa', bf16=True)
     tried = []
@@ -130,7 +130,7 @@ def _pretrain_bench(size: str, objective: str, baseline: str):
     "Ours (bf16, compiled blocks, varlen attention: the GPU's fast path) against `baseline` at `size`, the paper's shape."
     def part(ctx: Ctx) -> dict:
         import torch
-        import mlmclm.bench as B
+        import mlmclm.bench.throughput as B
         if ctx.tiny: shape, timing = dict(micro_batch=2, documents=baseline == 'hf', seq_len=32), dict(steps=1, reps=1, warmup=1)
         else:
             gib = torch.cuda.get_device_properties(0).total_memory / 2**30
@@ -145,8 +145,8 @@ def _pretrain_bench(size: str, objective: str, baseline: str):
 
 def _memory_1b(ctx: Ctx) -> dict:
     "The 1b trainer's measured peak beside its estimate: the smoke's pretraining part, or the same part run here."
-    import mlmclm.bench_run as B
-    from mlmclm.sizes import memory_estimate
+    import mlmclm.bench.smoke as B
+    from mlmclm.model.sizes import memory_estimate
     paper = memory_estimate('tiny' if ctx.tiny else '1b', strategy='none', processes=1, micro_batch=PAPER_MICRO_BATCH,
                             seq_len=PAPER_SEQ_LEN, compiled=not ctx.tiny, attn_backend='sdpa' if ctx.tiny else 'flash',
                             bf16=not ctx.tiny)
@@ -164,7 +164,7 @@ def _memory_1b(ctx: Ctx) -> dict:
 def _finetune(ctx: Ctx) -> dict:
     "Packed fine-tuning against the transformers Trainer (4 x 8, padded, pure bf16) on rt_sentiment, SmolLM2-135M."
     import torch
-    import mlmclm.bench_finetune as B
+    import mlmclm.bench.finetune_speed as B
     if ctx.tiny:
         torch.set_num_threads(1)
         return B.finetune_benchmark('rt_sentiment', size='tiny', steps=3, warmup=1, device='cpu', progress=True)
@@ -269,7 +269,7 @@ def _text(path: Path) -> str: return path.read_text(errors='replace') if path.ex
 def _preload(out: Path) -> bool:
     "Import the package once, so that forked parts start at once; False (and `import.err`) when it fails or CUDA is up."
     try:
-        import torch, mlmclm.bench_run  # noqa: F401
+        import torch, mlmclm.bench.smoke  # noqa: F401
         if torch.cuda.is_initialized(): raise RuntimeError('CUDA was initialised on import: parts are spawned, not forked')
         return True
     except Exception:
@@ -372,7 +372,7 @@ def _marks(out: Path, status: dict) -> list[str]:
     for obj in ('clm', 'mlm'):
         r, source = read_json(out/f'mfu_610m_{obj}.json'), f'mfu_610m_{obj}'
         if r is None and obj in smoke:   # the part did not end: the smoke's 610m benchmark, if it ran
-            r, source = smoke[obj], f"smoke-bench.json, {obj}, the smoke's shape (`mlmclm.bench_run.SMOKE`)"
+            r, source = smoke[obj], f"smoke-bench.json, {obj}, the smoke's shape (`mlmclm.bench.smoke.SMOKE`)"
         ours = r and next((s for s in r['sides'] if s['side'] == 'ours'), None)
         if not ours or ours['mfu'] is None:
             state = status['parts'].get(f'mfu_610m_{obj}', {}).get('state', 'not run')

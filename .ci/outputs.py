@@ -73,7 +73,7 @@ def refresh(path: Path) -> None:
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ('refresh', 'check'):
         print(__doc__); return 2
-    paths = [Path(p).resolve() for p in argv[1:]] or sorted(NBS.glob('*.ipynb'))
+    paths = [Path(p).resolve() for p in argv[1:]] or sorted(p for p in NBS.rglob('*.ipynb') if '.ipynb_checkpoints' not in p.parts)
     if argv[0] == 'refresh':
         for p in paths:
             print(f'refreshing {p.relative_to(ROOT)}', flush=True)

@@ -1,11 +1,11 @@
-"""The `parameters` cells of the launcher notebooks are the configs' fields at their defaults (mlmclm.core.parameters_source).
+"""The `parameters` cells of the launcher notebooks are the configs' fields at their defaults (mlmclm.base.configs.parameters_source).
 `python .ci/params.py check` fails when one drifted from its config; `python .ci/params.py sync` rewrites them (then nbdev_clean)."""
 import json
 import sys
 from pathlib import Path
 
-from mlmclm.core import parameters_source
-from mlmclm.runs import FinetuneConfig, PretrainConfig
+from mlmclm.base.configs import parameters_source
+from mlmclm.protocol.runs import FinetuneConfig, PretrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHERS = {  # notebook -> (config, the preset line)

@@ -1,5 +1,5 @@
 """A stand-in for a clone of hgissbkh/EncodEval: a small `results/` tree in the authors' layout, with known scores and
-three files the importer must skip (`mlmclm.paper_runs.import_tree`). Used by the tests and by `nbs/03c_paper_runs.ipynb`."""
+three files the importer must skip (`mlmclm.results.paper_runs.import_tree`). Used by the tests and by `nbs/results/03_paper_runs.ipynb`."""
 import json
 from pathlib import Path
 
@@ -8,7 +8,7 @@ import numpy as np
 
 def write_fixture_tree(root: str | Path, models=('610m-mlm40-42k', '610m-clm-42k'), lrs=(1e-5, 1e-4), seeds=(0, 1, 2),
                        n_examples: int = 50) -> Path:
-    "A small tree in the EncodEval layout with known scores (used by the tests and `03c_paper_runs`)."
+    "A small tree in the EncodEval layout with known scores (used by the tests and `results/03_paper_runs`)."
     root = Path(root)/'results'
     rng = np.random.default_rng(0)
     datasets = [('SC', 'sst2', ''), ('SC', 'qqp', ''), ('QA', 'squad', ''), ('IR', 'nq', 'msmarco_pairs_')]

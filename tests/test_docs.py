@@ -38,30 +38,32 @@ def _saved_stream(nb: str) -> str:
 
 
 def test_every_notebook_is_a_page_with_its_saved_outputs(site):
-    pages = {p.name for p in site.glob('*.html')}
-    assert {'index.html', 'protocol.html'} | {f'{p.stem}.html' for p in docs.NBS.glob('*.ipynb')} <= pages
+    pages = {p.relative_to(site).as_posix() for p in site.rglob('*.html') if '_static' not in p.parts}
+    notebooks = {p.relative_to(docs.NBS).with_suffix('.html').as_posix() for p in docs.NBS.rglob('*.ipynb')
+                 if '.ipynb_checkpoints' not in p.parts}
+    assert {'index.html', 'protocol.html'} | notebooks <= pages
     index = (site/'index.html').read_text()
     assert '{{' not in index and html.escape(docs.fill('{{timing demo}}')) in index   # the README's numbers, filled
     assert all(f'href="{p}"' in index for p in pages - {'index.html', 'genindex.html', 'search.html'})   # the sidebar
-    line = _saved_stream('00a_vocab')
-    assert html.escape(line) in (site/'00a_vocab.html').read_text()
-    figures = (site/'05_figures.html').read_text()
-    shown = re.findall(r'<img[^>]* src="(_images/fig[^"]+)"', figures)   # the demo's figures, copied into the site
+    line = _saved_stream('protocol/02_paper')
+    assert html.escape(line) in (site/'protocol/02_paper.html').read_text()
+    figures = (site/'report'/'00_figures.html').read_text()
+    shown = re.findall(r'<img[^>]* src="\.\./(_images/fig[^"]+)"', figures)   # the demo's figures, copied into the site
     assert len(shown) >= 11 and all((site/s).is_file() for s in shown)
     assert not any('#|' in (site/p).read_text() for p in pages)            # nbdev's directives and hidden cells left out
-    assert 'default_exp' not in (site/'00_core.html').read_text()
+    assert 'default_exp' not in (site/'base/00_files.html').read_text()
 
 
 def test_every_notebook_page_ends_with_its_api_and_nbdevs_parameter_tables(site):
     from fastcore.docments import docments
-    from mlmclm.objectives import clm_labels
-    exporting = [nb for nb in docs.NBS.glob('[0-9]*.ipynb') if '#| default_exp' in nb.read_text(encoding='utf-8')]
-    assert len(exporting) >= 19   # every notebook but the ones that export nothing (08_extending)
+    from mlmclm.pretraining.objectives import clm_labels
+    exporting = [nb for nb in docs.NBS.rglob('[0-9]*.ipynb') if '#| default_exp' in nb.read_text(encoding='utf-8')]
+    assert len(exporting) >= 50   # every notebook but the ones that export nothing (08_extending)
     for nb in exporting:
-        assert 'class="params' in (site/f'{nb.stem}.html').read_text(), nb.name
+        assert 'class="params' in (site/nb.relative_to(docs.NBS).with_suffix('.html')).read_text(), nb.name
     assert 'docs-api' not in (site/'08_extending.html').read_text() and 'API:' not in (site/'08_extending.html').read_text()
-    page = (site/'01b_objectives.html').read_text()
-    table = re.search(r'id="mlmclm.objectives.clm_labels".*?(<table class="[^"]*params.*?</table>)', page, re.S).group(1)
+    page = (site/'pretraining/00_objectives.html').read_text()
+    table = re.search(r'id="mlmclm.pretraining.objectives.clm_labels".*?(<table class="[^"]*params.*?</table>)', page, re.S).group(1)
     cells = [re.sub(r'<[^>]+>|\s+', ' ', c).strip() for c in re.findall(r'<t[hd][^>]*>(.*?)</t[hd]>', table, re.S)]
     assert cells[:4] == ['Parameter', 'Type', 'Default', 'Details']
     assert cells[8:12] == ['document_ids', 'torch.Tensor', '', docments(clm_labels)['document_ids']]   # the docment
@@ -106,7 +108,7 @@ def test_the_readme_and_the_figures_notebook_name_the_figures_that_exist():
     numbers = {int(m) for m in re.findall(r'^fig(\d+)_', '\n'.join(p.name for p in (ROOT/'figures'/'demo').glob('fig*.png')), re.M)}
     last = max(numbers)
     assert numbers == set(range(1, last + 1))
-    intro = ''.join(json.loads((ROOT/'nbs'/'05_figures.ipynb').read_text())['cells'][0]['source'])
+    intro = '\n'.join(''.join(c['source']) for c in json.loads((ROOT/'nbs'/'report'/'00_figures.ipynb').read_text())['cells'][:3])
     assert f'Figures 1–{last}' in intro, intro
     readme = (ROOT/'README.md').read_text()
     assert re.findall(r'[Ff]igures? \(?1[–-](\d+)', readme) == [str(last)], re.findall(r'[Ff]igures? \(?1[–-](\d+)', readme)
@@ -124,5 +126,5 @@ def test_chromium_opens_every_page_and_loads_every_image(site, tmp_path, capsys)
     assert docs.browser_check(site, tmp_path/'shots') == 0, capsys.readouterr().out
     out = capsys.readouterr().out
     opened = int(re.search(r'Chromium opened (\d+) pages', out).group(1))
-    assert opened == len(list(site.glob('*.html'))) and int(re.search(r'(\d+) parameter tables', out).group(1)) > 100
-    assert all((tmp_path/'shots'/n).stat().st_size > 10_000 for n in ('index.png', '05_figures-figure.png', '05_figures-params.png'))
+    assert opened == len([p for p in site.rglob('*.html') if '_static' not in p.parts]) and int(re.search(r'(\d+) parameter tables', out).group(1)) > 100
+    assert all((tmp_path/'shots'/n).stat().st_size > 10_000 for n in ('index.png', 'figures-figure.png', 'figures-params.png'))

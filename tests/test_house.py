@@ -1,6 +1,6 @@
 """The house rules the code base keeps: light modules stay light, imports are declared, used, made once and never of
-private names, functions stay short, modules import only from lower floors (a notebook's prefix is its floor, compared
-as text: '03a' < '03aa' < '03ab' < '03b'), and rooms stay small (a module under 600 lines, exported cells of one
+private names, functions stay short, modules import only from the layers below them (the wings and their rooms, listed
+in `.ci/layers.ini` and checked by import-linter), and rooms stay small (a module under 600 lines, exported cells of one
 definition each: a median of at most 15 lines, none over 60)."""
 import ast
 import configparser
@@ -15,7 +15,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = sorted(p for p in (ROOT/'mlmclm').glob('*.py') if p.name not in ('__init__.py', '_modidx.py'))
+PACKAGE = ROOT/'mlmclm'
+MODULES = sorted(p for p in PACKAGE.rglob('*.py') if p.name != '_modidx.py' and 'assets' not in p.relative_to(PACKAGE).parts
+                 and not (p.name == '__init__.py' and not p.read_text(encoding='utf-8').strip()))
+NOTEBOOKS = sorted(p.relative_to(ROOT/'nbs').as_posix() for p in (ROOT/'nbs').rglob('[0-9]*.ipynb')
+                   if '.ipynb_checkpoints' not in p.parts)
+WINGS = ['base', 'protocol', 'data', 'model', 'tasks', 'results', 'pretraining', 'finetuning', 'study', 'report', 'bench']
+
+
+def module_name(path: Path) -> str:
+    "mlmclm.<wing>.<room> of a module file (mlmclm for the package's own __init__)."
+    parts = path.relative_to(ROOT).with_suffix('').parts
+    return '.'.join(parts[:-1] if parts[-1] == '__init__' else parts)
 # import name -> distribution name, where they differ
 DIST = {'flash_attn': 'flash-attn', 'sklearn': 'scikit-learn', 'yaml': 'pyyaml'}
 OPTIONAL = {'flash_attn'}   # the `gpu` extra
@@ -25,17 +36,21 @@ def _tree(path): return ast.parse(path.read_text(encoding='utf-8'))
 
 
 # what needs no torch: the settings and names of the study, the planner, the task registry, the results store, the figures
-LIGHT = ['core', 'claims', 'vocab', 'finetune_protocol', 'runs', 'corpus', 'sizes', 'task_data', 'tasks', 'results', 'compaction', 'aggregation',
-         'paper_runs', 'study', 'launchers', 'study_cli', 'figures', 'tables', 'render']
+LIGHT = ['', 'base.files', 'base.configs', 'base.hardware', 'base.records', 'base.claims', 'base.trackers',
+         'protocol.schedules', 'protocol.run_names', 'protocol.paper', 'protocol.finetuning', 'protocol.runs',
+         'data.corpus', 'model.sizes', 'tasks.examples', 'tasks.metrics', 'tasks.registry',
+         'results.store', 'results.compaction', 'results.aggregation', 'results.paper_runs', 'results.ranking',
+         'study.plan', 'study.launchers', 'study.commands', 'report.figures', 'report.tables', 'report.render', 'cli']
 
 
-def _imports(tree: ast.Module):
-    "(node, module) of every import in `tree`; a relative module is named `mlmclm.<name>`."
+def _imports(tree: ast.Module, package: str = 'mlmclm'):
+    "(node, module) of every import in `tree`, a module of `package`; relative imports resolved to absolute names."
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names: yield node, a.name
         elif isinstance(node, ast.ImportFrom):
-            yield node, (f'mlmclm.{node.module}'.removesuffix('.None') if node.level else node.module)
+            base = package.split('.')[:len(package.split('.')) - node.level + 1] if node.level else []
+            yield node, '.'.join(base + ([node.module] if node.module else [])) if node.level else node.module
 
 
 def _bound(node) -> list[tuple[str, str]]:
@@ -57,7 +72,7 @@ def _used_names(tree: ast.Module) -> set[str]:
 
 @pytest.mark.parametrize('module', LIGHT)
 def test_light_modules_import_without_torch(module):
-    code = f"import sys, mlmclm.{module}; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
+    code = f"import sys, mlmclm{'.' if module else ''}{module}; print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))"
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == '[]'
@@ -84,19 +99,39 @@ def test_functions_stay_short():
     assert not long, f'functions over 50 lines: {sorted(long, reverse=True)}'
 
 
-def test_modules_import_only_from_lower_floors():
-    "A notebook imports only from lower-numbered notebooks: the module's number is its floor."
-    floor = {}
-    for nb in (ROOT/'nbs').glob('[0-9]*.ipynb'):
-        m = re.search(r'#\| default_exp (\w+)', nb.read_text(encoding='utf-8'))
-        if m: floor[m.group(1)] = nb.stem.split('_')[0]
-    for path in MODULES:
-        mine = floor[path.stem]
-        for node in ast.walk(_tree(path)):
-            if not isinstance(node, ast.ImportFrom) or not node.module: continue
-            name = node.module if node.level == 1 else node.module.removeprefix('mlmclm.') if node.module.startswith('mlmclm.') else None
-            if name in floor:
-                assert floor[name] < mine, f'{path.stem} ({mine}) imports {name} ({floor[name]})'
+LAYERS = ROOT/'.ci'/'layers.ini'
+
+
+def _contracts() -> configparser.ConfigParser:
+    cfg = configparser.ConfigParser(); cfg.read(LAYERS, encoding='utf-8'); return cfg
+
+
+def test_modules_import_only_from_the_layers_below():
+    "import-linter checks every contract of `.ci/layers.ini`: wings over wings, and rooms over rooms in each wing."
+    out = subprocess.run([str(Path(sys.executable).parent/'lint-imports'), str(LAYERS)], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert f'Contracts: {len(WINGS) + 1} kept, 0 broken.' in out.stdout, out.stdout[-1500:]
+
+
+def test_every_module_is_in_a_layer_and_rooms_are_layered_in_reading_order():
+    "A new room cannot escape the layers: each wing's contract lists its notebooks' modules, bottom = lowest number."
+    cfg = _contracts()
+    wings = {w.strip() for line in cfg['importlinter:contract:wings']['layers'].split('\n') for w in line.split('|') if w.strip()}
+    assert wings == {'mlmclm.cli'} | {f'mlmclm.{w}' for w in WINGS}
+    for wing in WINGS:
+        listed = [l.strip() for l in cfg[f'importlinter:contract:{wing}']['layers'].split('\n') if l.strip()]
+        numbered = [re.sub(r'^\d+_', '', nb.split('/')[1].removesuffix('.ipynb')) for nb in NOTEBOOKS if nb.startswith(f'{wing}/')]
+        assert listed == numbered[::-1], (wing, listed, numbered)
+        assert sorted(p.stem for p in (PACKAGE/wing).glob('*.py') if p.name != '__init__.py') == sorted(numbered), wing
+
+
+def test_the_layer_check_can_fail(tmp_path):
+    "A contract that puts a wing under one it imports from is reported broken: the check is not vacuous."
+    broken = tmp_path/'broken.ini'
+    broken.write_text('[importlinter]\nroot_package = mlmclm\n\n[importlinter:contract:x]\nname = upside down\n'
+                      'type = layers\nlayers =\n    mlmclm.base\n    mlmclm.model\n')
+    out = subprocess.run([str(Path(sys.executable).parent/'lint-imports'), str(broken)], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode != 0 and 'BROKEN' in out.stdout
 
 
 def test_no_function_level_import_of_a_module_the_top_imports():
@@ -125,8 +160,9 @@ def test_no_private_names_across_modules():
     found = []
     for path in MODULES:
         tree = _tree(path)
+        package = module_name(path).rpartition('.')[0] if path.name != '__init__.py' else module_name(path)
         ours = {}   # names bound to our own modules: `import mlmclm.x as y`, `from mlmclm import x`
-        for node, m in _imports(tree):
+        for node, m in _imports(tree, package):
             if not (m or '').startswith('mlmclm'): continue
             for bound, name in _bound(node):
                 if private(name.split('.')[-1]): found.append(f'{path.name}:{node.lineno} {m}.{name}')
@@ -153,7 +189,7 @@ def test_no_module_over_600_lines():
     assert not big, f'modules over {MAX_MODULE_LINES} lines (split the room along a seam, as a new notebook): {big}'
 
 
-@pytest.mark.parametrize('nb', sorted(p.name for p in (ROOT/'nbs').glob('[0-9]*.ipynb')))
+@pytest.mark.parametrize('nb', NOTEBOOKS)
 def test_exported_cells_are_short(nb):
     sizes = _exported_cells(ROOT/'nbs'/nb)
     if not sizes: return
@@ -186,7 +222,7 @@ def _exported_runs(nb: Path) -> list[int]:
     return runs + ([cur] if cur else [])
 
 
-@pytest.mark.parametrize('nb', sorted(p.name for p in (ROOT/'nbs').glob('[0-9]*.ipynb')))
+@pytest.mark.parametrize('nb', NOTEBOOKS)
 def test_definitions_are_shown_below_them(nb):
     "Each definition is followed, within a few cells, by one that demonstrates it (define, then show it working)."
     runs = _exported_runs(ROOT/'nbs'/nb)

@@ -31,10 +31,12 @@ autodoc_default_options = {'members': True, 'undoc-members': True}
 html_theme = 'alabaster'
 html_theme_options = {'page_width': '1240px', 'sidebar_width': '260px'}
 html_title = 'mlmclm'
+# the wings in the order the layers go up (.ci/layers.ini); `package` holds the public face and the command line
+WINGS = ['package', 'base', 'protocol', 'data', 'model', 'tasks', 'results', 'pretraining', 'finetuning', 'study', 'report', 'bench']
 html_copy_source = html_show_sourcelink = html_domain_indices = False   # the API is on the notebooks' pages
 
 
-def _notebook(docname: str, nb: dict) -> dict:
+def _notebook(docname: str, nb: dict, srcdir: Path = ROOT/'nbs') -> dict:
     """A notebook as the site shows it: nbdev's `#| hide` cells and `#|` lines dropped; the front page's numbers
     filled, its links to the repository's files made relative to nbs/, and a table of contents added; any other
     notebook followed by the API of the module it exports."""
@@ -51,7 +53,11 @@ def _notebook(docname: str, nb: dict) -> dict:
             src = re.sub(r'\]\((?!https?:|#)', '](../', fill(src))   # README.md's links start at the repository's root
         cells.append({**cell, 'source': src})
     nb['metadata']['language_info'] = {'name': 'python'}   # nbdev_clean drops it; the highlighter needs it
-    if docname == 'index': cells.append(_markdown('docs-toc', '```{toctree}\n:hidden:\n:glob:\n\n*\n```'))
+    if docname == 'index':   # the sidebar: the notebooks a user launches, then each wing's chapter in reading order
+        for caption, pattern in [('Launch', '*')] + [(w, f'{w}/*') for w in WINGS if (Path(srcdir)/w).is_dir()]:
+            cells.append(_markdown(f'docs-toc-{caption}', f'```{{toctree}}\n:hidden:\n:glob:\n:caption: {caption}\n\n{pattern}\n```'))
+    elif module == '__init__':   # the public face documents its own machinery; each public name is documented in its room
+        cells.append(_markdown('docs-api', '## API: `mlmclm`\n\n```{eval-rst}\n.. automodule:: mlmclm\n   :members: moved_name\n```'))
     elif module: cells.append(_markdown('docs-api', f'## API: `mlmclm.{module}`\n\n```{{eval-rst}}\n.. automodule:: mlmclm.{module}\n```'))
     return {**nb, 'cells': cells}
 
@@ -67,7 +73,7 @@ def _pipes_in_code(text: str) -> str:
 
 def source_read(app, docname: str, source: list) -> None:
     path = Path(app.env.doc2path(docname))
-    if path.suffix == '.ipynb': source[0] = json.dumps(_notebook(docname, json.loads(source[0])))
+    if path.suffix == '.ipynb': source[0] = json.dumps(_notebook(docname, json.loads(source[0]), app.srcdir))
     else: source[0] = _pipes_in_code(source[0])
 
 

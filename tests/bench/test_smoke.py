@@ -1,0 +1,121 @@
+"""The benchmark's command line end to end: ours vs Hugging Face in one run, last line `ratio=...`, results on disk;
+what dynamo did per side; the smoke command of the first GPU run, at tiny sizes on a CPU."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mlmclm.base.files import project_root
+from mlmclm.bench.throughput import bench_config, bench_loss, make_batches
+from mlmclm.model.transformer import build_model
+
+SMALL = ['--size', 'tiny', '--batch-size', '2', '--seq-len', '32', '--steps', '1', '--reps', '2', '--warmup', '1']
+
+
+def _bench(*args, out):
+    return subprocess.run([sys.executable, '-m', 'mlmclm.bench.smoke', *SMALL, '--out', str(out), *args],
+                          capture_output=True, text=True, cwd=project_root(), timeout=300)
+
+
+def test_cli_clm_against_hf_prints_ratio_and_writes_results(tmp_path):
+    run = _bench('--objective', 'clm', out=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.strip().splitlines()
+    assert lines[-1].startswith('ratio=') and float(lines[-1].split('=')[1]) > 0
+    result = json.loads((tmp_path/'tiny-clm-hf.json').read_text())
+    assert [s['side'] for s in result['sides']] == ['ours', 'ours+docs', 'hf']
+    assert result['pipeline']['pipeline_tokens_per_s'] > 0 and result['finetune']['examples_per_s'] > 0
+    assert result['embedding']['ours_examples_per_s'] > 0
+    assert float(lines[-1].split('=')[1]) == round(result['ratio'], 3)
+    csv = (tmp_path/'tiny-clm-hf.csv').read_text().splitlines()
+    assert csv[0].startswith('size,objective,baseline') and len(csv) == 4
+    assert (tmp_path/'tiny-clm-hf.png').read_bytes()[:4] == b'\x89PNG'
+
+
+def test_cli_mlm_sparse_against_dense_head_with_chunked_loss(tmp_path):
+    run = _bench('--objective', 'mlm', '--baseline', 'dense-head', '--no-extras', '--no-documents', '--ce-chunk', '16',
+                 out=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1].startswith('ratio=')
+    result = json.loads((tmp_path/'tiny-mlm-dense-head.json').read_text())
+    assert [s['side'] for s in result['sides']] == ['ours', 'dense-head'] and result['options']['ce_chunk'] == 16
+
+
+def test_cli_refuses_bad_arguments(tmp_path):
+    run = _bench('--objective', 'clm', '--baseline', 'dense-head', out=tmp_path)
+    assert run.returncode != 0 and "baseline='dense-head' compares MLM heads" in run.stderr
+    run = _bench('--size', '7b', out=tmp_path)
+    assert run.returncode == 2 and 'invalid choice' in run.stderr
+
+
+def test_chunked_loss_trains_like_the_plain_loss():
+    "Three AdamW steps with the chunked cross-entropy leave the same weights as with the trainer's loss."
+    cfg = bench_config('tiny')
+    batches = make_batches(cfg, 'mlm', batch_size=2, seq_len=48, n=3)
+    weights = []
+    for chunk in (0, 20):
+        torch.manual_seed(0); model = build_model(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for b in batches:
+            bench_loss(model, b, sparse_head=True, ce_chunk=chunk).backward(); opt.step(); opt.zero_grad()
+        weights.append(model.state_dict())
+    assert max((weights[0][k] - weights[1][k]).abs().max().item() for k in weights[0]) < 1e-5
+
+
+def test_cli_finetune_against_the_trainer(tmp_path):
+    "`--finetune` with a tiny model: the Trainer and our three sides run, report tokens, and end with the ratio."
+    run = subprocess.run([sys.executable, '-m', 'mlmclm.bench.smoke', '--finetune', 'rt_sentiment', '--baseline', 'hf-trainer',
+                          '--size', 'tiny', '--steps', '3', '--max-tokens', '1024', '--out', str(tmp_path)],
+                         capture_output=True, text=True, cwd=project_root(), timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.strip().splitlines()
+    result = json.loads((tmp_path/'finetune-rt_sentiment-tiny.json').read_text())
+    assert lines[-1] == f"ratio={result['ratio']:.3f}" and result['ratio'] > 0
+    sides = {s['side']: s for s in result['sides']}
+    assert list(sides) == ['hf-trainer', 'ours mb4', 'ours mb32', 'ours packed']
+    assert sides['ours packed']['computed_tokens'] == sides['ours packed']['real_tokens'] == sides['hf-trainer']['real_tokens']
+    assert sides['hf-trainer']['padding_waste'] > 0 and sides['ours packed']['padding_waste'] == 0
+    assert all(f"{name:<12}" in run.stdout for name in sides)
+
+
+def test_cli_finetune_refuses_bad_combinations(tmp_path):
+    for args, message in ((['--finetune', 'rt_sentiment', '--baseline', 'hf'], '--finetune compares against --baseline hf-trainer'),
+                          (['--finetune', 'rt_sentiment', '--size', 'tiny', '--checkpoint', 'x'], 'not both'),
+                          (['--baseline', 'hf-trainer'], 'go with --finetune TASK')):
+        run = subprocess.run([sys.executable, '-m', 'mlmclm.bench.smoke', *args, '--out', str(tmp_path)],
+                             capture_output=True, text=True, cwd=project_root(), timeout=120)
+        assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
+    run = subprocess.run([sys.executable, '-m', 'mlmclm.bench.smoke', '--finetune', 'tweet_ner', '--size', 'tiny', '--out',
+                          str(tmp_path)], capture_output=True, text=True, cwd=project_root(), timeout=300)
+    assert run.returncode != 0 and "the Trainer baseline runs sequence classification tasks" in run.stderr
+
+
+@pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
+def test_sides_report_what_dynamo_did_and_an_eager_fallback():
+    "Past dynamo's recompile limit blocks run eager without an error: a side counts the hits, and they are reported."
+    import torch._dynamo
+    from mlmclm.bench.throughput import Side, time_sides
+    bs = make_batches(bench_config('tiny'), 'clm', 2, 32, n=2)
+    no_docs = [{**b, 'document_ids': None} for b in bs]
+    limit = torch._dynamo.config.recompile_limit
+    torch._dynamo.reset(); torch._dynamo.config.recompile_limit = 1
+    try:
+        sides = [Side('plain', build_model('tiny'), bench_loss, no_docs, 'cpu', compile='eager'),
+                 Side('docs', build_model('tiny'), bench_loss, bs, 'cpu', compile='eager')]   # a second graph: over the limit
+        t = time_sides(sides, steps=1, reps=1, warmup=1)
+    finally: torch._dynamo.config.recompile_limit = limit; torch._dynamo.reset()
+    assert t['plain']['dynamo']['compiled_frames'] == 1 and t['plain']['dynamo']['recompile_limit_hits'] == 0
+    assert t['docs']['dynamo']['recompile_limit_hits'] > 0
+
+
+def test_smoke_runs_every_gpu_path_at_tiny_sizes_on_cpu(tmp_path):
+    run = subprocess.run([sys.executable, '-m', 'mlmclm.bench.smoke', 'smoke', '--device', 'cpu', '--out', str(tmp_path/'s.json')],
+                         capture_output=True, text=True, cwd=project_root(), timeout=600)
+    report = json.loads((tmp_path/'s.json').read_text())
+    assert run.returncode == 0, (run.stdout[-3000:], run.stderr[-3000:])
+    assert report['ok'] and sorted(report['parts']) == ['benchmark', 'finetune_packed', 'flash_vs_sdpa', 'fsdp2', 'pretrain']
+    assert report['parts']['finetune_packed']['host_syncs'] == {}
+    assert report['parts']['fsdp2']['block_graph_calls'] == [2 * report['parts']['fsdp2']['layers']] * 2
+    assert report['parts']['pretrain']['measured_peak_gib'] > 0 and report['attention']['backend'] == 'sdpa'

@@ -1,0 +1,126 @@
+"""The results store from the outside: what a sweep writes (provenance, per-example scores, supersession), the
+checkpoint-name guard, stores written before shards, and the health / compact / status commands."""
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mlmclm.finetuning.loop as ft
+
+import mlmclm.finetuning.sweep as sw
+import mlmclm.results.store as res
+import mlmclm.results.compaction as comp
+import mlmclm.results.aggregation as aggr
+from mlmclm.base.configs import ConfigError
+from mlmclm.base.files import append_jsonl
+from mlmclm.protocol.runs import PretrainRun
+from mlmclm.results.store import load_results, read_examples, read_rows
+
+from tiny import tiny_cfg, tiny_checkpoint
+
+
+pytestmark = pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
+
+
+def test_every_row_of_a_sweep_carries_its_provenance(tmp_path):
+    ck = tiny_checkpoint(tmp_path/'ck', run_id='run', step=30)
+    sw.finetune_sweep(tiny_cfg(tmp_path, checkpoint=str(ck)))
+    (row,) = read_rows(tmp_path/'results.jsonl')
+    for k in ('code', 'config_hash', 'checkpoint_id', 'host', 'written_at', 'wall_time_s', 'writer', 'row_id'):
+        assert row.get(k) not in (None, ''), k
+    assert row['checkpoint_name'] == 'run-step-30' and row['checkpoint_id'] == res.checkpoint_identity(str(ck))
+    assert row['pretrain_step'] == 30
+
+
+def test_per_example_scores_of_a_sweep_go_to_the_sidecar(tmp_path, monkeypatch):
+    real = ft.finetune_run
+    def with_scores(*a, **k):   # what the fine-tuning loop returns once it keeps per-example scores
+        return [dict(r, val_scores_i=[1.0, 0.0], test_scores_i=[0.0, 1.0, 1.0]) for r in real(*a, **k)]
+    monkeypatch.setattr(sw, 'finetune_run', with_scores)
+    sw.finetune_sweep(tiny_cfg(tmp_path))
+    store = tmp_path/'results.jsonl'
+    (row,) = read_rows(store)
+    assert not any(k.endswith('_scores_i') for k in row)       # the main table stays small
+    key = res.run_key(row)
+    assert read_examples(store)[key].tolist() == [0, 1, 1] and read_examples(store, 'val')[key].tolist() == [1, 0]
+    boot = aggr.bootstrap_intervals(load_results(store), read_examples(store), n_boot=50)
+    assert len(boot) == 1 and boot.score.item() == pytest.approx(2 / 3)
+
+
+def test_force_re_runs_once_and_supersedes_with_its_reason(tmp_path):
+    cfg = tiny_cfg(tmp_path)
+    sw.finetune_sweep(cfg)
+    sw.finetune_sweep(cfg, force='new tokenizer')
+    sw.finetune_sweep(cfg, force='new tokenizer')               # the same reason: already re-run
+    rows = read_rows(tmp_path/'results.jsonl')
+    assert len(rows) == 2 and [r.get('supersedes') for r in rows] == [None, 'new tokenizer']
+    assert load_results(tmp_path/'results.jsonl').supersedes.tolist() == ['new tokenizer']
+
+
+def test_a_name_already_used_for_another_checkpoint_is_refused(tmp_path):
+    a = tiny_checkpoint(tmp_path/'a', seed=1)
+    b = tiny_checkpoint(tmp_path/'b', seed=2)
+    sw.finetune_sweep(tiny_cfg(tmp_path, checkpoint=str(a), checkpoint_name='mine'))
+    with pytest.raises(ConfigError, match="checkpoint_name='mine' is already in .* for another checkpoint"):
+        sw.finetune_sweep(tiny_cfg(tmp_path, checkpoint=str(b), checkpoint_name='mine', seeds='1'))
+    sw.finetune_sweep(tiny_cfg(tmp_path, checkpoint=str(a), checkpoint_name='mine', seeds='1'))   # the same one: fine
+
+
+def test_a_store_from_before_shards_is_still_read(tmp_path):
+    store = tmp_path/'results.jsonl'
+    row = dict(checkpoint_name='610m-clm-42k', dataset='sst2', family='SC', lr=1e-5, seed=0, val_score=.9, test_score=.8)
+    append_jsonl(store, row)
+    np.savez_compressed(f'{store}.examples.npz', **{res.run_key(row): np.array([1, 0, 1], dtype=np.float32)})
+    with res.StoreWriter(store) as w: w.append([dict(row, seed=1)])
+    assert sorted(load_results(store).seed) == [0, 1]
+    assert read_examples(store)[res.run_key(row)].tolist() == [1, 0, 1]
+
+
+def test_health_and_compact_commands(tmp_path, capsys):
+    store = tmp_path/'results.jsonl'
+    row = dict(checkpoint_name='m', dataset='sst2', family='SC', lr=1e-4, seed=0, val_score=.5, test_score=.5)
+    for seed in (0, 0, 1):
+        with res.StoreWriter(store) as w: w.append([dict(row, seed=seed)])
+    with open(store, 'a') as f: f.write('{"checkpoint_name": "m"}\n')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        comp.main(['health', str(store)])
+        out = capsys.readouterr().out
+        assert 'runs 2 from 3 complete rows (1 duplicates counted once' in out and 'shards: 3 closed' in out
+        assert 'results.jsonl: 1' in out
+        comp.main(['compact', str(store)])
+        assert "'shards': 3, 'rows': 3, 'rejected': 1" in capsys.readouterr().out
+        comp.main(['health', str(store)])
+        assert 'shards: none' in capsys.readouterr().out
+    with pytest.raises(SystemExit): comp.main(['compact', str(tmp_path/'r.csv')])
+    assert "names a CSV table" in capsys.readouterr().err
+
+
+def test_status_command_counts_per_experiment(tmp_path, capsys):
+    from mlmclm.study.commands import main
+    root = tmp_path/'study'
+    (root/'tiny-clm-42k').mkdir(parents=True); (root/'tiny-clm-42k'/'done.json').write_text('{}')
+    held = PretrainRun('tiny-mlm40-42k', root).try_claim()
+    try: main(['status', '--preset', 'demo', '--experiments', 'E1', '--root', str(root)])
+    finally: held.release()
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if l.split()[:2] == ['E1', 'pretrain'])
+    assert line.split()[2:] == ['1', '1', '0', '1']             # done, running, stale, to do
+    assert 'mlmclm results health' in out
+    with pytest.raises(SystemExit): main(['status', '--preset', 'demo', '--sizes', '7b', '--root', str(root)])
+    assert "unknown size '7b'" in capsys.readouterr().err
+
+
+def test_protocol_cells_are_different_runs_and_paper_rows_keep_their_keys():
+    import pandas as pd
+    from mlmclm.protocol.runs import run_key
+    from mlmclm.results.store import unique_runs
+    row = dict(checkpoint_name='610m-clm-42k', dataset='sst2', lr=1e-4, seed=0)
+    assert run_key(row) == run_key(dict(row, attention='bidirectional', pooling='mean')) == '610m-clm-42k|sst2|0.0001|0'
+    cells = [dict(row, attention=a, pooling=p) for a in ('bidirectional', 'causal') for p in ('mean', 'last')]
+    assert len({run_key(c) for c in cells}) == 4
+    assert run_key(dict(row, attention='causal', pooling=float('nan'))) == '610m-clm-42k|sst2|0.0001|0|attention=causal'
+    df = pd.DataFrame(cells + cells[:1])
+    assert len(unique_runs(df)) == 4
