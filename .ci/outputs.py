@@ -1,11 +1,15 @@
-"""Saved notebook outputs: which cells keep them, refreshing them, and the check the test command runs.
+"""Saved notebook outputs: which cells keep them, refreshing them, and checking them by running the notebooks.
 
 A notebook shows what it computes on GitHub, in JupyterLab and in the HTML docs through the outputs saved in it. Only
 cells tagged `show` keep outputs (a small table, a printout, a figure); every other cell is committed without outputs,
-so a re-run never leaves noise behind and the clean gate stays meaningful.
+so a re-run never leaves noise behind and the clean gate stays meaningful. The saved outputs are not decoration: the
+test command runs every notebook and compares each `show` cell's fresh output with the saved one, so a value shown in
+the docs is a value the code computes today (byte for byte; memory addresses aside).
 
     .venv/bin/python .ci/outputs.py refresh [nbs/X.ipynb ...]   # re-execute (as nbdev_test does) and save `show` outputs
-    .venv/bin/python .ci/outputs.py check                       # what the test command runs: fails on any violation
+    .venv/bin/python .ci/outputs.py check                       # the saved outputs' rules: only `show` cells, small
+    .venv/bin/python .ci/outputs.py test [nbs/X.ipynb ...]      # nbdev_test's run of each notebook (two at a time),
+                                                                #   then every `show` output compared with the saved one
 """
 import json
 import sys
@@ -49,31 +53,99 @@ def problems(path: Path) -> list[str]:
     return out
 
 
-def refresh(path: Path) -> None:
-    "Execute `path` the way `nbdev_test` does (skipping `slow`/`gpu` cells) and keep the outputs of `show` cells."
+def _skip(cell) -> bool:
+    "What `nbdev_test` leaves out: markdown, `#| eval: false`, and cells flagged `slow` or `gpu` (settings' tst_flags)."
+    if cell.cell_type != 'code': return True
+    first = [l.strip() for l in cell.source.splitlines() if l.startswith('#|')]
+    return any(l in ('#| slow', '#| gpu', '#| eval: false') for l in first)
+
+
+def execute(path: Path):
+    "Run notebook `path` as `nbdev_test` runs it (its folder as working directory, IN_TEST set); the notebook, run."
     import os
-    from execnb.nbio import read_nb, write_nb
+    from execnb.nbio import read_nb
     from execnb.shell import CaptureShell
     from fastcore.xtras import working_directory
     os.environ['IN_TEST'] = '1'
     nb = read_nb(path)
-    def skip(cell):
-        if cell.cell_type != 'code': return True
-        first = [l.strip() for l in cell.source.splitlines() if l.startswith('#|')]
-        return any(l in ('#| slow', '#| gpu', '#| eval: false') for l in first)
     shell = CaptureShell(path)
-    with working_directory(path.parent):
-        shell.run_all(nb, exc_stop=True, preproc=skip)
+    try:
+        with working_directory(path.parent): shell.run_all(nb, exc_stop=True, preproc=_skip)
+    except Exception as e:
+        raise RuntimeError(shell.prettytb(fname=path)) from e
+    return nb
+
+
+def refresh(path: Path) -> None:
+    "Execute `path` the way `nbdev_test` does (skipping `slow`/`gpu` cells) and keep the outputs of `show` cells."
+    from execnb.nbio import write_nb
+    nb = execute(path)
     for cell in nb.cells:
         if cell.cell_type == 'code' and not _tagged(cell): cell.outputs = []
         if cell.cell_type == 'code': cell.execution_count = None
     write_nb(nb, path)
 
 
+def _comparable(output: dict) -> dict:
+    "An output as the comparison sees it: its type, stream name, text and data; memory addresses blanked."
+    import re
+    join = lambda v: ''.join(v) if isinstance(v, list) else v
+    blank = lambda t: re.sub(r'0x[0-9a-f]{6,}', '0x...', t)
+    out = {k: output[k] for k in ('output_type', 'name') if k in output}
+    if 'text' in output: out['text'] = blank(join(output['text']))
+    if 'data' in output: out['data'] = {k: blank(join(v)) if k.startswith('text/') else join(v) for k, v in output['data'].items()}
+    return out
+
+
+def differences(path: Path, ran) -> list[str]:
+    "Each `show` cell of `path` whose fresh output (in `ran`, the notebook as run) is not its saved output."
+    saved = json.loads(path.read_text(encoding='utf-8'))['cells']
+    out = []
+    for i, (cell, fresh) in enumerate(zip(saved, ran.cells)):
+        if cell['cell_type'] != 'code' or not _tagged(cell): continue
+        a, b = [_comparable(o) for o in cell.get('outputs', [])], [_comparable(dict(o)) for o in fresh.get('outputs', [])]
+        if a == b: continue
+        first = next((f'{x}' [:160] + ' -> ' + f'{y}'[:160] for x, y in zip(a, b) if x != y), f'{len(a)} outputs saved, {len(b)} now')
+        out.append(f'{path.relative_to(ROOT)} cell {i} ({"".join(cell["source"][:1]).strip()[:40]!r}): saved output differs '
+                   f'from a fresh run: {first}')
+    return out
+
+
+def _test_one(path: Path) -> tuple[bool, float, list[str]]:
+    "(ran without error, seconds, output differences) of one notebook."
+    import time
+    start = time.time()
+    print(f'Starting {path}', flush=True)
+    try: ran = execute(path)
+    except RuntimeError as e:
+        sys.stderr.write(str(e) + '\n'); print(f'- Failed {path}', flush=True)
+        return False, time.time() - start, []
+    print(f'- Completed {path}', flush=True)
+    return True, time.time() - start, differences(path, ran)
+
+
+def test(paths: list[Path], workers: int = 2) -> int:
+    "Run every notebook (like `nbdev_test --n_workers 2`), then compare the `show` outputs; 1 on any failure."
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(workers) as pool: results = list(pool.map(_test_one, paths))
+    failed = [p for p, (ok, _, _) in zip(paths, results) if not ok]
+    stale = [d for _, _, diffs in results for d in diffs]
+    for d in stale: print('FAIL:', d)
+    for p in failed: print('FAIL: an error in', p.relative_to(ROOT))
+    for p, (_, t, _) in sorted(zip(paths, results), key=lambda x: -x[1][1])[:8]: print(f'{p.relative_to(NBS)}: {int(t)} secs')
+    print(f'notebooks: {len(paths) - len(failed)} of {len(paths)} ran; {sum(map(_count_shown, paths))} shown outputs, '
+          f'{len(stale)} differ from a fresh run' + (' (run `.ci/outputs.py refresh` on the notebook if the change is right)' if stale else ''))
+    return 1 if failed or stale else 0
+
+
+def _count_shown(path: Path) -> int: return sum(_tagged(c) for c in json.loads(path.read_text(encoding='utf-8'))['cells'])
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ('refresh', 'check'):
+    if not argv or argv[0] not in ('refresh', 'check', 'test'):
         print(__doc__); return 2
     paths = [Path(p).resolve() for p in argv[1:]] or sorted(p for p in NBS.rglob('*.ipynb') if '.ipynb_checkpoints' not in p.parts)
+    if argv[0] == 'test': return test(paths)
     if argv[0] == 'refresh':
         for p in paths:
             print(f'refreshing {p.relative_to(ROOT)}', flush=True)
@@ -86,4 +158,7 @@ def main(argv: list[str]) -> int:
     return 1 if found else 0
 
 
-if __name__ == '__main__': sys.exit(main(sys.argv[1:]))
+if __name__ == '__main__':   # run as the module `outputs`: a notebook's shell takes over `__main__` in the pool's workers
+    sys.path.insert(0, str(Path(__file__).parent))
+    import outputs
+    sys.exit(outputs.main(sys.argv[1:]))
