@@ -52,15 +52,27 @@ def test_an_unknown_name_is_an_attribute_error():
 
 @pytest.mark.parametrize('old', sorted(set(OLD_NAMES) - {'cli'}))   # mlmclm.cli did not move
 def test_every_name_of_0_1_works_at_its_old_path_with_a_warning(old):
+    "Each name resolves where it went, with a warning naming that place (the lookup itself: an old module caches a "
+    "name once warned, so a test run that imported it earlier would see no second warning at the import)."
+    module = importlib.import_module(f'mlmclm.{old}')
     for name in OLD_NAMES[old]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter('always')
-            value = getattr(importlib.import_module(f'mlmclm.{old}'), name)
+            value = mlmclm.moved_name(old, name)
         moved = [w for w in caught if issubclass(w.category, DeprecationWarning)]
         assert moved, f'mlmclm.{old}.{name}: no DeprecationWarning'
         new = str(moved[0].message).split(' moved to ')[1].split(';')[0]
-        module, _, attr = new.rpartition('.')
-        assert value is getattr(importlib.import_module(module), attr), (old, name, new)
+        home, _, attr = new.rpartition('.')
+        assert value is getattr(importlib.import_module(home), attr) is getattr(module, name), (old, name, new)
+
+
+def test_an_old_import_warns_once_then_reads_the_name_where_it_was_put():
+    code = ('import warnings; warnings.simplefilter("always")\n'
+            'with warnings.catch_warnings(record=True) as w:\n'
+            '    from mlmclm.store import open_store\n    from mlmclm.store import open_store as again\n'
+            'print(len([x for x in w if issubclass(x.category, DeprecationWarning)]), open_store is again)')
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.split() == ['1', 'True'], out.stderr
 
 
 def test_the_old_paths_cover_every_module_of_0_1():
