@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import numbers
 import numpy as np
 import re
 from functools import lru_cache
@@ -18,9 +19,9 @@ from ..protocol.finetuning import FINETUNE
 
 # %% auto #0
 __all__ = ['TASK_SPLITS', 'GLUE_COLUMNS', 'TWEET_TAGS', 'SPEAKER_TAG', 'WORD', 'NAME_TAGS', 'split_train', 'require_columns',
-           'convert_glue', 'convert_tagging', 'convert_squad', 'convert_record', 'embedded_sentiment', 'embedded_ner',
-           'embedded_cloze', 'embedded_retrieval', 'speeches', 'name_lexicon', 'corpus_names', 'corpus_speaker',
-           'corpus_excerpt']
+           'convert_glue', 'classification_columns', 'convert_classification', 'convert_tagging', 'convert_squad',
+           'convert_record', 'embedded_sentiment', 'embedded_ner', 'embedded_cloze', 'embedded_retrieval', 'speeches',
+           'name_lexicon', 'corpus_names', 'corpus_speaker', 'corpus_excerpt']
 
 # %% ../../nbs/tasks/00_examples.ipynb #bdc7c274
 TASK_SPLITS = ('train', 'validation', 'test')
@@ -58,6 +59,47 @@ def convert_glue(rows, config: str) -> list[dict]:
         else: text = f"Question 1: {r['question1']}\nQuestion 2: {r['question2']}"
         if r['label'] >= 0: out.append(dict(text=text, label=int(r['label'])))   # hidden test labels are -1
     return out
+
+# %% ../../nbs/tasks/00_examples.ipynb #12615289
+def classification_columns(text: str | tuple,   # the text column, or the two columns of a text pair
+                           labels: tuple,       # the declared class names, in the order of their ids
+                          ) -> tuple:
+    "The text columns of a sentence-classification dataset, once its declaration is checked (one column or a pair; two or more distinct class names)."
+    columns = (text,) if isinstance(text, str) else tuple(text)
+    if not 1 <= len(columns) <= 2 or not all(isinstance(c, str) for c in columns):
+        raise ConfigError(f'text={text!r}: give a text column, or the two columns of a text pair')
+    if len(labels) < 2 or len(set(labels)) < len(labels) or not all(isinstance(l, str) for l in labels):
+        raise ConfigError(f'labels={labels!r}: declare two or more distinct class names, in the order of their ids')
+    return columns
+
+# %% ../../nbs/tasks/00_examples.ipynb #adc3e6b3
+def _class_id(value, labels: tuple, where: str) -> int:
+    "A label cell's class id: a class name of `labels`, or an id into it; anything else is refused naming what is allowed."
+    if isinstance(value, str) and value in labels: return labels.index(value)
+    if isinstance(value, numbers.Integral) and 0 <= value < len(labels): return int(value)
+    raise ConfigError(f'{where}: label {value!r} is not one of the declared labels {list(labels)} '
+                      f'(a class name, or its id 0..{len(labels) - 1})')
+
+# %% ../../nbs/tasks/00_examples.ipynb #12b2d529
+def _joined(row: dict, columns: tuple, where: str) -> str:
+    "The text of one example: the column's text, or a pair, each part after its column's name (EncodEval's MNLI format)."
+    texts = [row[c] for c in columns]
+    if bad := [t for t in texts if not isinstance(t, str)]:
+        raise ConfigError(f'{where}: text {bad[0]!r} is not a string (text columns {list(columns)})')
+    return texts[0] if len(texts) == 1 else '\n'.join(f'{c.capitalize()}: {t}' for c, t in zip(columns, texts))
+
+# %% ../../nbs/tasks/00_examples.ipynb #1e114c70
+def convert_classification(rows,                        # one split: a `datasets.Dataset` or a list of dicts
+                           labels: tuple,               # the declared class names, in the order of their ids
+                           text: str | tuple = 'text',  # the text column, or the two columns of a text pair
+                           label: str = 'label',        # the label column: class ids or class names
+                           what: str = 'dataset',       # the dataset and split, named in errors
+                          ) -> list[dict]:
+    "Sentence-classification rows (any column names) -> {'text', 'label'}, every label checked against `labels`."
+    columns = classification_columns(text, labels)
+    require_columns(rows, [*columns, label], what)
+    return [dict(text=_joined(r, columns, f'{what}, row {i}'), label=_class_id(r[label], labels, f'{what}, row {i}'))
+            for i, r in enumerate(rows)]
 
 # %% ../../nbs/tasks/00_examples.ipynb #8f479787
 def convert_tagging(rows, tags_column: str = 'ner_tags', tokens_column: str = 'tokens') -> list[dict]:

@@ -16,13 +16,13 @@ from typing import Callable
 from ..base.configs import ConfigError
 from ..protocol.finetuning import FINETUNE
 from ..protocol.paper import EMBEDDED_TASKS, FAMILIES, PAPER_DATASETS, PAPER_TASKS, TRAIN_ON
-from .examples import (NAME_TAGS, TASK_SPLITS, TWEET_TAGS, convert_glue, convert_record, convert_squad,
-                                   convert_tagging, corpus_excerpt, corpus_names, corpus_speaker, embedded_cloze,
+from .examples import (NAME_TAGS, TASK_SPLITS, TWEET_TAGS, classification_columns, convert_classification,
+                                   convert_glue, convert_record, convert_squad, convert_tagging, corpus_excerpt, corpus_names, corpus_speaker, embedded_cloze,
                                    embedded_ner, embedded_retrieval, embedded_sentiment, require_columns, split_train)
 
 # %% auto #0
 __all__ = ['DATA_SOURCES', 'EXAMPLE_TEXTS', 'CONLL_TAGS', 'ONTONOTES_TAGS', 'UNER_TAGS', 'TASKS', 'Task', 'loaded_revision',
-           'load_task_revision', 'load_task', 'resolve_tasks']
+           'load_task_revision', 'load_task', 'hub_sentence_classification', 'resolve_tasks']
 
 # %% ../../nbs/tasks/02_registry.ipynb #437cbbc6
 DATA_SOURCES = ('encodeval', 'canonical')
@@ -137,6 +137,55 @@ def _tagging(path, name=None, tags_column='ner_tags', tokens_column='tokens'):
         feature = getattr(ds['train'].features[tags_column], 'feature', None)
         if hasattr(feature, 'names'): out['labels'] = tuple(feature.names)   # the dataset's own tag names win
         return out
+    return load_
+
+# %% ../../nbs/tasks/02_registry.ipynb #3b630c75
+def _files_without_rows(path: str) -> list[str]:
+    "The Parquet files of a local repo that hold no row (`datasets` fails on one without naming it)."
+    import pyarrow.parquet as pq
+    folder = Path(path)
+    if not folder.is_dir(): return []
+    return [str(f.relative_to(folder)) for f in sorted(folder.rglob('*.parquet')) if pq.read_metadata(f).num_rows == 0]
+
+# %% ../../nbs/tasks/02_registry.ipynb #90f664ac
+def _sc_splits(path: str, name: str | None) -> dict:
+    "A sentence-classification repo's splits, read through `_hub`: a train and a test split, none of them empty."
+    from datasets.exceptions import DatasetGenerationError
+    try: ds = _hub(path, name)
+    except (ValueError, DatasetGenerationError) as e:   # datasets refuses a split without rows, in one of two ways
+        if empty := re.search(r'Instruction "(\w+)" corresponds to no data', str(e)):
+            raise ConfigError(f'{path}: split {empty[1]!r} is empty; every split needs rows') from e
+        if 'BatchSize must be greater than 0' in str(e.__cause__):
+            raise ConfigError(f'{path}: a split is empty ({_files_without_rows(path) or "a Parquet file without rows"}); '
+                              'every split needs rows') from e
+        raise
+    if missing := [s for s in ('train', 'test') if s not in ds]:
+        raise ConfigError(f"{path}: no {missing[0]!r} split; it has {list(ds)} (needed: 'train' and 'test'; "
+                          f"'validation' if it has one, else 95/5 of train)")
+    if empty := [s for s in TASK_SPLITS if s in ds and len(ds[s]) == 0]:
+        raise ConfigError(f'{path}: split {empty[0]!r} is empty; every split needs rows')
+    return ds
+
+# %% ../../nbs/tasks/02_registry.ipynb #7f4c736e
+def hub_sentence_classification(path: str,                   # a hub dataset id, or a local folder laid out as a hub dataset repo
+                                labels: tuple,               # the class names, in the order of their ids (the Task's labels)
+                                text: str | tuple = 'text',  # the text column, or the two columns of a text pair
+                                label: str = 'label',        # the label column: class ids or class names
+                                name: str | None = None,     # the repo's config (subset), where it has several
+                               ) -> Callable:
+    """A `Task.load` for a sentence-classification dataset in the hub's layout (see above): train, validation (else 95/5
+    of train) and test as `{'text', 'label'}` examples, and the declared `labels`."""
+    labels, columns = tuple(labels), classification_columns(text, labels)   # a bad row fails where it is written
+    def load_():
+        ds = _sc_splits(path, name)
+        named = getattr(getattr(ds['train'], 'features', {}).get(label), 'names', None)
+        if named is not None and tuple(named) != labels:
+            raise ConfigError(f'{path}: its {label!r} column names the classes {tuple(named)}; declare those labels, '
+                              f'in that order, not {labels}')
+        where = f'{path} {name}' if name else path                      # named in errors, with the split
+        out = {s: convert_classification(ds[s], labels, columns, label, f'{where} {s}') for s in TASK_SPLITS if s in ds}
+        if 'validation' not in out: out['train'], out['validation'] = split_train(out['train'])
+        return {**{s: out[s] for s in TASK_SPLITS}, 'labels': labels}
     return load_
 
 # %% ../../nbs/tasks/02_registry.ipynb #5b6725f7

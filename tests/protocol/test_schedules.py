@@ -19,7 +19,7 @@ from mlmclm.pretraining.checks import check_pretrain_config
 from mlmclm.model.sizes import flops_per_token, memory_estimate, model_config, phase_flops_per_token
 from mlmclm.study.plan import Costs, build_plan, run_flops
 from mlmclm.study.commands import describe
-from mlmclm.protocol.schedules import Component, Phase, drawn_phase, parse_schedule
+from mlmclm.protocol.schedules import OBJECTIVES, Component, Phase, drawn_phase, parse_schedule
 from mlmclm.protocol.run_names import RunName, describe_checkpoint, parse_run_name, run_name
 
 IDS = dict(mask_token_id=2, vocab_size=50, special_ids=[0, 1, 2])
@@ -63,7 +63,7 @@ def test_run_names_round_trip_with_the_schedule():
 @pytest.mark.parametrize('schedule, message', [
     ('clm+mlm40:5', "phase 'clm+mlm40': a mixture gives every part its percent of the micro-batches"),
     ('60clm+50mlm40:5', 'the weights 60 + 50 must each be in [1, 99] and sum to 100'),
-    ('50clm+50bert40:5', "phase '50clm+50bert40': objective='bert'; choose from 'clm', 'mlm', 'mntp'"),
+    ('50clm+50bert40:5', "phase '50clm+50bert40': objective='bert'; choose from " + ', '.join(map(repr, OBJECTIVES))),
     ('50clm20+50mlm40:5', "phase '50clm20+50mlm40': clm takes no mask ratio"),
     ('clm30to5:5', "phase 'clm30to5': clm takes no mask ratio"),
     ('50mlm40:5', 'a weight belongs to a part of a mixture'),
