@@ -1,5 +1,7 @@
 """Importing the authors' published runs: fixture tree -> results store -> paper-scale figures and the comparison;
-the authors' own SC runs of the 610m models reproduce the paper's printed scores; the published model list is ours."""
+the authors' own SC runs of the 610m models reproduce the paper's printed scores; the published model list is ours;
+which datasets count in a family's mean."""
+import dataclasses
 import json
 import re
 import subprocess
@@ -13,12 +15,13 @@ import pytest
 from mlmclm.base.files import project_root
 from mlmclm.report.render import render_all
 from mlmclm.results.store import load_results
-from mlmclm.results.paper_runs import compare_with_paper, import_tree, reported_scores
+from mlmclm.results.paper_runs import compare_with_paper, import_tree, in_paper, paper_rows, reported_scores
 from fake_encodeval import write_fixture_tree
 from mlmclm.results.aggregation import DEFAULT_SELECTION, family_scores
 from mlmclm.protocol.paper import paper_checkpoints, paper_run_names
 from mlmclm.protocol.run_names import parse_run_name, run_name
 from mlmclm.study.plan import paper_plan
+from mlmclm import task_data, tasks
 
 
 def test_every_released_name_round_trips():
@@ -98,3 +101,19 @@ def test_authors_runs_reproduce_the_printed_sc_scores(tmp_path):
     assert sc['610m-clm-42k'] == pytest.approx(83.58, abs=0.01)
     mean = family_scores(load_results(store), 'mean').set_index('checkpoint').score * 100
     assert abs(mean['610m-mlm40-42k'] - 87.00) > 0.05                               # the seed-mean rule does not
+
+
+# ---------------------------------------------------------------- which datasets count in a family mean
+# Issue 36 item 1: whether a dataset counts in its family's mean comes from the task table only.
+def _rows(datasets):
+    return pd.DataFrame([dict(checkpoint_name='610m-mlm40-42k', dataset=d, family='SC', lr=1e-4, seed=s, val_score=.5,
+                              test_score=score) for d, score in datasets for s in range(3)])
+
+
+def test_a_new_sc_dataset_joins_the_sc_mean_only_when_the_task_table_says_so(monkeypatch):
+    rows = _rows([('sst2', .8), ('my_sc', .2)])
+    monkeypatch.setitem(tasks.TASKS, 'my_sc', tasks.Task('my_sc', 'SC', 'sequence', task_data.embedded_sentiment))
+    assert family_scores(paper_rows(rows)).score.tolist() == pytest.approx([.8])       # registered, not in_paper
+    monkeypatch.setitem(tasks.TASKS, 'my_sc', dataclasses.replace(tasks.TASKS['my_sc'], in_paper=True))
+    assert family_scores(paper_rows(rows)).score.tolist() == pytest.approx([.5])       # now it counts
+    assert not in_paper('qed') and in_paper('squad') and in_paper('rt_sentiment')       # the importer's flag

@@ -272,3 +272,31 @@ def test_a_child_whose_parent_another_worker_trains_is_skipped_not_crashed(tmp_p
         assert not list((tmp_path/'notebooks').glob('pretrain-tiny-clm-10k-*')) if (tmp_path/'notebooks').exists() else True
     finally:
         held.release()
+
+
+# Issue 36 (item 3 of the review): the launcher computes a pretraining run's notebook parameters once.
+def test_a_pretraining_run_gets_its_parameters_computed_once(tmp_path, monkeypatch):
+    plan = _branching_plan()
+    child = plan.runs['tiny-clm-10k-mlm40-42k']
+    computed, executed = [], []
+    def counted(*args, **kwargs):
+        computed.append(args[1].name)
+        return pretrain_params(*args, **kwargs)
+    monkeypatch.setattr(launchers, 'pretrain_params', counted)
+    monkeypatch.setattr(launchers, 'run_notebook', lambda notebook, params, out: executed.append((notebook, params)))
+    launchers._run_pretraining(plan, tmp_path, child)       # nobody trains the parent: the child's notebook runs
+    assert computed == [child.name]                      # before: twice (once more to look for the parent's worker)
+    assert executed == [('02_pretrain.ipynb', dict(pretrain_params(plan, child, tmp_path), progress=False))]
+
+
+def test_a_child_waits_for_a_parent_another_worker_trains_given_its_parameters(tmp_path):
+    plan = _branching_plan()
+    child = plan.runs['tiny-clm-10k-mlm40-42k']
+    params = pretrain_params(plan, child, tmp_path)
+    assert launchers._parent_in_other_hands(child, tmp_path, params) is None
+    held = PretrainRun('tiny-clm-42k', tmp_path).try_claim()
+    try:
+        assert launchers._parent_in_other_hands(child, tmp_path, params) == 'tiny-clm-42k'
+        with pytest.warns(UserWarning, match='skipped for now'): launchers._run_pretraining(plan, tmp_path, child)
+    finally:
+        held.release()
