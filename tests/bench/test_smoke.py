@@ -1,15 +1,11 @@
-"""The benchmark's command line end to end: ours vs Hugging Face in one run, last line `ratio=...`, results on disk;
-what dynamo did per side; the smoke command of the first GPU run, at tiny sizes on a CPU."""
+"""The benchmark's command line (`mlmclm bench`, run by `mlmclm.bench.smoke`) end to end: ours vs Hugging Face in one
+run, last line `ratio=...`, results on disk; the smoke command of the first GPU run, at tiny sizes on a CPU."""
 import json
 import subprocess
 import sys
 
-import pytest
-import torch
-
 from mlmclm.base.files import project_root
-from mlmclm.bench.throughput import bench_config, bench_loss, make_batches
-from mlmclm.model.transformer import build_model
+from mlmclm.cli import COMMANDS
 
 SMALL = ['--size', 'tiny', '--batch-size', '2', '--seq-len', '32', '--steps', '1', '--reps', '2', '--warmup', '1']
 
@@ -50,20 +46,6 @@ def test_cli_refuses_bad_arguments(tmp_path):
     assert run.returncode == 2 and 'invalid choice' in run.stderr
 
 
-def test_chunked_loss_trains_like_the_plain_loss():
-    "Three AdamW steps with the chunked cross-entropy leave the same weights as with the trainer's loss."
-    cfg = bench_config('tiny')
-    batches = make_batches(cfg, 'mlm', batch_size=2, seq_len=48, n=3)
-    weights = []
-    for chunk in (0, 20):
-        torch.manual_seed(0); model = build_model(cfg)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        for b in batches:
-            bench_loss(model, b, sparse_head=True, ce_chunk=chunk).backward(); opt.step(); opt.zero_grad()
-        weights.append(model.state_dict())
-    assert max((weights[0][k] - weights[1][k]).abs().max().item() for k in weights[0]) < 1e-5
-
-
 def test_cli_finetune_against_the_trainer(tmp_path):
     "`--finetune` with a tiny model: the Trainer and our three sides run, report tokens, and end with the ratio."
     run = subprocess.run([sys.executable, '-m', 'mlmclm.bench.smoke', '--finetune', 'rt_sentiment', '--baseline', 'hf-trainer',
@@ -92,24 +74,6 @@ def test_cli_finetune_refuses_bad_combinations(tmp_path):
     assert run.returncode != 0 and "the Trainer baseline runs sequence classification tasks" in run.stderr
 
 
-@pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
-def test_sides_report_what_dynamo_did_and_an_eager_fallback():
-    "Past dynamo's recompile limit blocks run eager without an error: a side counts the hits, and they are reported."
-    import torch._dynamo
-    from mlmclm.bench.throughput import Side, time_sides
-    bs = make_batches(bench_config('tiny'), 'clm', 2, 32, n=2)
-    no_docs = [{**b, 'document_ids': None} for b in bs]
-    limit = torch._dynamo.config.recompile_limit
-    torch._dynamo.reset(); torch._dynamo.config.recompile_limit = 1
-    try:
-        sides = [Side('plain', build_model('tiny'), bench_loss, no_docs, 'cpu', compile='eager'),
-                 Side('docs', build_model('tiny'), bench_loss, bs, 'cpu', compile='eager')]   # a second graph: over the limit
-        t = time_sides(sides, steps=1, reps=1, warmup=1)
-    finally: torch._dynamo.config.recompile_limit = limit; torch._dynamo.reset()
-    assert t['plain']['dynamo']['compiled_frames'] == 1 and t['plain']['dynamo']['recompile_limit_hits'] == 0
-    assert t['docs']['dynamo']['recompile_limit_hits'] > 0
-
-
 def test_smoke_runs_every_gpu_path_at_tiny_sizes_on_cpu(tmp_path):
     run = subprocess.run([sys.executable, '-m', 'mlmclm.bench.smoke', 'smoke', '--device', 'cpu', '--out', str(tmp_path/'s.json')],
                          capture_output=True, text=True, cwd=project_root(), timeout=600)
@@ -119,3 +83,12 @@ def test_smoke_runs_every_gpu_path_at_tiny_sizes_on_cpu(tmp_path):
     assert report['parts']['finetune_packed']['host_syncs'] == {}
     assert report['parts']['fsdp2']['block_graph_calls'] == [2 * report['parts']['fsdp2']['layers']] * 2
     assert report['parts']['pretrain']['measured_peak_gib'] > 0 and report['attention']['backend'] == 'sdpa'
+
+
+# Issue 36 item 4, the benchmark split: `mlmclm bench` runs from `mlmclm.bench.smoke`.
+def test_the_bench_command_dispatches_to_the_room_above_the_three_it_runs():
+    import mlmclm.bench.smoke as run
+    from mlmclm import bench, bench_finetune
+    assert COMMANDS['bench'][0] == 'mlmclm.bench.smoke'
+    assert (run.benchmark, run.finetune_benchmark) == (bench.benchmark, bench_finetune.finetune_benchmark)
+    assert run._parser().prog == 'mlmclm bench'
