@@ -1,5 +1,6 @@
 """The results store from the outside: what a sweep writes (provenance, per-example scores, supersession), the
-checkpoint-name guard, stores written before shards, and the health / compact / status commands."""
+checkpoint-name guard, stores written before shards, the health / compact / status commands, and which runs a
+store holds (imported rows are not ours; a row counts for the precision it was asked for)."""
 import json
 import warnings
 from pathlib import Path
@@ -15,8 +16,8 @@ import mlmclm.results.compaction as comp
 import mlmclm.results.aggregation as aggr
 from mlmclm.base.configs import ConfigError
 from mlmclm.base.files import append_jsonl
-from mlmclm.protocol.runs import PretrainRun
-from mlmclm.results.store import load_results, read_examples, read_rows
+from mlmclm.protocol.runs import PretrainRun, finetune_runs
+from mlmclm.results.store import StoreWriter, load_results, missing, read_examples, read_rows
 
 from tiny import tiny_cfg, tiny_checkpoint
 
@@ -124,3 +125,33 @@ def test_protocol_cells_are_different_runs_and_paper_rows_keep_their_keys():
     assert run_key(dict(row, attention='causal', pooling=float('nan'))) == '610m-clm-42k|sst2|0.0001|0|attention=causal'
     df = pd.DataFrame(cells + cells[:1])
     assert len(unique_runs(df)) == 4
+
+
+# ---------------------------------------------------------------- run identity: imported rows, the precision asked (issue 27)
+def test_our_run_of_a_checkpoint_the_authors_also_published_is_not_theirs(tmp_path):
+    "Imported rows (source 'authors') never make our own run of the same name look done (issue 27 item 7)."
+    store = tmp_path/'results.jsonl'
+    ours = finetune_runs('610m-clm-42k', ['sst2'], [1e-5], [0])
+    with StoreWriter(store) as w:
+        w.append([dict(checkpoint_name='610m-clm-42k', dataset='sst2', family='SC', lr=1e-5, seed=0, source='authors',
+                       val_score=.9, test_score=.9)])
+    assert missing(store, ours) == ours
+    assert missing(store, finetune_runs('610m-clm-42k', ['sst2'], [1e-5], [0], source='authors')) == []
+
+
+def test_precision_is_keyed_as_asked_and_older_rows_keep_their_keys(tmp_path):
+    "A row of an older store holds the format that ran in `precision`: it counts for the paper's cell (`auto`, the only "
+    "identity it ever had), never for a run asked for that format; rows written now key what was asked."
+    store, row = tmp_path/'results.jsonl', dict(checkpoint_name='610m-clm-42k', family='SC', lr=1e-5, seed=0, val_score=.9,
+                                                test_score=.9)
+    with StoreWriter(store) as w:
+        w.append([dict(row, dataset='sst2', precision='pure_bf16'),                                  # older: as it ran
+                  dict(row, dataset='mnli', precision='amp_bf16'),                                   # older: only asked
+                  dict(row, dataset='qqp', precision='auto', precision_used='fp32')])                # now: as asked
+    runs = lambda ds, **cell: finetune_runs('610m-clm-42k', ds, [1e-5], [0], **cell)
+    assert missing(store, runs(['sst2'])) == []
+    assert missing(store, runs(['sst2'], precision='pure_bf16')) == runs(['sst2'], precision='pure_bf16')
+    assert missing(store, runs(['mnli'])) == runs(['mnli'])           # auto never gives amp_bf16: it was asked by name
+    assert missing(store, runs(['mnli'], precision='amp_bf16')) == []
+    assert missing(store, runs(['qqp'])) == [] and missing(store, runs(['qqp'], precision='fp32')) == runs(['qqp'], precision='fp32')
+    assert [r['precision_used'] for r in read_rows(store)] == ['pure_bf16', 'amp_bf16', 'fp32']

@@ -197,3 +197,12 @@ def test_a_speed_measured_on_the_plans_size_prices_it_and_the_line_says_so(tmp_p
     assert line.startswith(f'  fine-tuning at the measured speed for tiny: {hours:,.0f} hours on cpu (1 threads) '
                            '(8.0 examples/s of tiny (787,584 body parameters), ours packed;'), line
     assert 'assumed MFU' in study_cli.measured_finetune_line(study.paper_plan(), folder=tmp_path)   # tiny prices no paper size
+
+
+# Issue 27 item 19.
+def test_study_status_of_a_plan_with_a_control_counts_it(tmp_path, capsys):
+    "`python -m mlmclm.study.commands status --preset demo` failed with KeyError: None (the control has no pretraining run)."
+    from mlmclm.study.commands import main
+    main(['status', '--preset', 'demo', '--root', str(tmp_path)])
+    lines = [l.split() for l in capsys.readouterr().out.splitlines()]
+    assert ['control', 'finetune', '0', '0', '0', '12'] in lines     # 4 tasks x 1 LR x 3 seeds of tiny-random
