@@ -1,8 +1,12 @@
-"""The fine-tuning loop (`mlmclm.finetuning.loop`): its guard refuses grids that would overflow later."""
+"""The fine-tuning loop (`mlmclm.finetuning.loop`): its guard refuses non-finite or fractional sweep values and grids
+that would overflow later."""
 import pytest
 
+import mlmclm.finetuning.loop as ft
 from mlmclm.base.configs import ConfigError
 from mlmclm.protocol.runs import finetune_config
+
+from tiny import tiny_cfg
 
 
 # ---------------------------------------------------------------- the guard
@@ -16,3 +20,10 @@ def test_finetuning_grids_that_would_overflow_later_are_refused_by_the_guard(val
     from mlmclm.finetuning.loop import check_finetune_config
     with pytest.raises(ConfigError) as e: check_finetune_config(finetune_config(**values))
     assert message in str(e.value)
+
+
+# Issue 17 item 5: non-finite inputs passed fine-tuning.
+@pytest.mark.parametrize('field, value', [('lrs', 'inf'), ('lrs', 'nan'), ('lrs', '1e-4,Infinity'), ('seeds', '0.7')])
+def test_item5_non_finite_or_fractional_sweep_values_are_refused(tmp_path, field, value):
+    with pytest.raises(ConfigError, match=f"{field}='{value}'"):
+        ft.check_finetune_config(tiny_cfg(tmp_path, **{field: value}))

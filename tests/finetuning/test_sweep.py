@@ -1,4 +1,9 @@
-"""Fine-tuning pieces without papermill: resumable results and the SentenceTransformer export of a trained retriever."""
+"""The fine-tuning sweep without papermill (`mlmclm.finetuning.sweep`): resumable results, the SentenceTransformer export
+of a trained retriever, and what it stores: after a store lost its last newline, two checkpoints of one run apart,
+nothing for a checkpoint or a loss that is not finite, nothing at a CSV path."""
+import json
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,11 +13,15 @@ import mlmclm.finetuning.loop as ft
 import mlmclm.finetuning.sweep as sw
 from mlmclm.protocol.runs import FinetuneConfig
 import mlmclm.finetuning.features as enc
-from mlmclm.results.store import read_rows
+from mlmclm.results.store import load_results, read_rows
 from mlmclm.data.tokenizers import load_tokenizer
 from mlmclm.model.heads import TaskModel
 from mlmclm.model.checkpoints import load
 from mlmclm.tasks.registry import TASKS
+from mlmclm.base.configs import ConfigError
+
+from result_rows import row
+from tiny import tiny_cfg, tiny_checkpoint
 
 
 pytestmark = pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
@@ -51,3 +60,50 @@ def test_trained_retriever_loads_in_sentence_transformers(tmp_path):
     theirs = st.encode(texts, convert_to_tensor=True)            # plain sentence-transformers, padded batch
     assert F.cosine_similarity(ours, theirs, dim=-1).min().item() > 1 - 1e-5
     assert st.max_seq_length == TASKS['corpus_retrieval'].max_length
+
+
+# ---------------------------------------------------------------- issue 17 (data loss, silent wrong answers), items 1, 4, 5 and 14
+def test_item1_finetuning_after_a_store_lost_its_last_newline(tmp_path):
+    cfg = tiny_cfg(tmp_path)
+    store = Path(cfg.results)
+    store.write_text(json.dumps(row()))                         # a complete row, its newline truncated away
+    sw.finetune_sweep(cfg)
+    res = load_results(store)
+    assert sorted(res.dataset) == ['rt_sentiment', 'sst2']
+
+
+def test_item4_two_checkpoints_of_one_run_are_both_fine_tuned(tmp_path):
+    s20 = tiny_checkpoint(tmp_path/'run'/'checkpoints'/'step-20', step=20, seed=1)
+    s40 = tiny_checkpoint(tmp_path/'run'/'checkpoints'/'step-40', step=40, seed=2)
+    for ck in (s20, s40): sw.finetune_sweep(tiny_cfg(tmp_path, checkpoint=str(ck)))
+    res = load_results(tmp_path/'results.jsonl')
+    assert len(res) == 2 and res.checkpoint_name.nunique() == 2
+    assert sw.recorded_name(tiny_cfg(tmp_path, checkpoint=str(s20))) != sw.recorded_name(tiny_cfg(tmp_path, checkpoint=str(s40)))
+
+
+def test_item5_an_all_nan_checkpoint_does_not_score(tmp_path):
+    ck = tiny_checkpoint(tmp_path/'nan', fill=float('nan'))
+    with pytest.raises((ConfigError, FloatingPointError), match='not finite'):
+        sw.finetune_sweep(tiny_cfg(tmp_path, checkpoint=str(ck)))
+    assert load_results(tmp_path/'results.jsonl').empty
+
+
+def test_a_csv_results_path_is_refused_before_anything_is_written(tmp_path):
+    "Issue 14: a results path ending in .csv used to receive JSON lines; it is refused, and nothing lands on disk."
+    from mlmclm.base.configs import build_config
+    from mlmclm.results.store import StoreWriter
+    for path in (tmp_path/'r.csv', tmp_path/'sub'/'results.csv'):
+        cfg = build_config(FinetuneConfig, results=str(path), tasks='rt_sentiment', max_steps=1, progress=False)
+        with pytest.raises(ConfigError, match=r"names a CSV table; a results store is JSON lines: give a path ending in \.jsonl"):
+            sw.finetune_sweep(cfg)
+        with pytest.raises(ConfigError, match='names a CSV table'):
+            StoreWriter(path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_item5_a_fine_tuning_run_whose_loss_is_not_finite_stops_and_stores_nothing(tmp_path, monkeypatch):
+    ck = tiny_checkpoint(tmp_path/'ck')
+    monkeypatch.setattr(ft, 'batch_backward', lambda *a, **k: torch.tensor(float('nan')))   # a diverged step
+    with pytest.raises(FloatingPointError, match='fine-tuning loss is nan at step 1 of 1'):
+        sw.finetune_sweep(tiny_cfg(tmp_path, checkpoint=str(ck)))
+    assert load_results(tmp_path/'results.jsonl').empty

@@ -14,6 +14,8 @@ from mlmclm.base.files import read_jsonl
 from mlmclm.pretraining.loop import pretrain
 from mlmclm.protocol.runs import pretrain_config
 
+from tiny import tiny_checkpoint
+
 PY = sys.executable
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -159,3 +161,12 @@ def test_log_with_refuses_an_unknown_or_missing_tracker_and_reads_the_old_switch
     if 'tensorboard' not in {str(t) for t in get_available_trackers()}:
         with pytest.raises(ConfigError, match="the package of tracker 'tensorboard' is not installed"):
             check_pretrain_config(cfg)
+
+
+# ---------------------------------------------------------------- issue 17 (data loss, silent wrong answers), item 10
+@pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
+def test_item10_checkpoints_honour_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try: ck = tiny_checkpoint(tmp_path/'ck')
+    finally: os.umask(old)
+    assert (ck/'model.safetensors').stat().st_mode & 0o777 == 0o644

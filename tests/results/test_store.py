@@ -1,6 +1,7 @@
 """The results store from the outside: what a sweep writes (provenance, per-example scores, supersession), the
 checkpoint-name guard, stores written before shards, the health / compact / status commands, and which runs a
-store holds (imported rows are not ours; a row counts for the precision it was asked for)."""
+store holds (imported rows are not ours; a row counts for the precision it was asked for); garbage lines are skipped
+and named."""
 import json
 import warnings
 from pathlib import Path
@@ -20,6 +21,7 @@ from mlmclm.protocol.runs import PretrainRun, finetune_runs
 from mlmclm.results.store import StoreWriter, load_results, missing, read_examples, read_rows
 
 from tiny import tiny_cfg, tiny_checkpoint
+from result_rows import row
 
 
 pytestmark = pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
@@ -155,3 +157,16 @@ def test_precision_is_keyed_as_asked_and_older_rows_keep_their_keys(tmp_path):
     assert missing(store, runs(['mnli'], precision='amp_bf16')) == []
     assert missing(store, runs(['qqp'])) == [] and missing(store, runs(['qqp'], precision='fp32')) == runs(['qqp'], precision='fp32')
     assert [r['precision_used'] for r in read_rows(store)] == ['pure_bf16', 'amp_bf16', 'fp32']
+
+
+# ---------------------------------------------------------------- issue 17 (data loss, silent wrong answers), item 9
+def test_item9_garbage_lines_in_a_store_are_skipped_with_file_and_line(tmp_path):
+    store = tmp_path/'results.jsonl'
+    append_jsonl(store, row(seed=0))
+    with open(store, 'a') as fh:
+        fh.write('42\n[1, 2]\n{"checkpoint_name": "m"}\n{"checkpoint_name": "m", "dataset": "sst2", "lr": "fast", "seed": 0}\n')
+    append_jsonl(store, row(seed=1))
+    with pytest.warns(UserWarning, match=r'results\.jsonl.*line 2') as w:
+        res = load_results(store)
+    assert sorted(res.seed) == [0, 1]
+    assert 'line 5' in ' '.join(str(x.message) for x in w)

@@ -32,6 +32,7 @@ import mlmclm.finetuning.sweep as sw
 from mlmclm.protocol.runs import FinetuneConfig
 import mlmclm.results.paper_runs as pr
 from fake_encodeval import write_fixture_tree
+from result_rows import row
 import mlmclm.results.store as res
 import mlmclm.results.compaction as comp
 import mlmclm.results.aggregation as aggr
@@ -396,10 +397,6 @@ def test_a_reader_whose_listing_a_compaction_overtook_reads_again_and_misses_not
 
 
 # ================================================================ second fault attack (issue 27)
-def row(ck='m', ds='sst2', lr=1e-4, seed=0, val=.8, test=.7, family='SC', **kw):
-    return dict(checkpoint_name=ck, dataset=ds, family=family, lr=lr, seed=seed, val_score=val, test_score=test, **kw)
-
-
 def quietly(f, *a, **k):
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
