@@ -1,6 +1,7 @@
 """The fine-tuning sweep without papermill (`mlmclm.finetuning.sweep`): resumable results, the SentenceTransformer export
 of a trained retriever, and what it stores: after a store lost its last newline, two checkpoints of one run apart,
 nothing for a checkpoint or a loss that is not finite, nothing at a CSV path."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,12 +14,13 @@ import mlmclm.finetuning.loop as ft
 import mlmclm.finetuning.sweep as sw
 from mlmclm.protocol.runs import FinetuneConfig
 import mlmclm.finetuning.features as enc
+import mlmclm.results.store as res
 from mlmclm.results.store import load_results, read_rows
 from mlmclm.data.tokenizers import load_tokenizer
 from mlmclm.model.heads import TaskModel
 from mlmclm.model.checkpoints import load
 from mlmclm.tasks.registry import TASKS
-from mlmclm.base.configs import ConfigError
+from mlmclm.base.configs import ConfigError, build_config
 
 from result_rows import row
 from tiny import tiny_cfg, tiny_checkpoint
@@ -107,3 +109,35 @@ def test_item5_a_fine_tuning_run_whose_loss_is_not_finite_stops_and_stores_nothi
     with pytest.raises(FloatingPointError, match='fine-tuning loss is nan at step 1 of 1'):
         sw.finetune_sweep(tiny_cfg(tmp_path, checkpoint=str(ck)))
     assert load_results(tmp_path/'results.jsonl').empty
+
+
+# N4: a sweep under other settings never reuses rows; aggregations never mix them ----------------------------------
+def _sweep_cfg(store, **kw) -> FinetuneConfig:
+    return build_config(FinetuneConfig, dict(tasks='rt_sentiment', lrs='1e-3', seeds='0', max_steps=1, eval_every=1,
+                                             batch_size=4, micro_batch_size=4, max_eval_examples=4, results=str(store),
+                                             progress=False), **kw)
+
+
+# ---------------------------------------------------------------- third fault attack (issue 34), the cases of ../shared/faults/attack-3.md
+def test_sweep_with_other_settings_is_refused_naming_them(tmp_path):
+    store = tmp_path/'r.jsonl'
+    cfg = _sweep_cfg(store)
+    sw.finetune_sweep(cfg)
+    (row,) = res.read_rows(store)
+    assert (row['max_steps'], row['batch_size'], row['max_eval_examples'], row['special_tokens']) == (1, 4, 4, 'eos')
+    sw.finetune_sweep(cfg)                                          # the same settings: done, nothing trained
+    assert len(res.read_rows(store)) == 1
+    other = dataclasses.replace(cfg, special_tokens='bos_eos', select_step='best', warmup='round', max_steps=30,
+                                batch_size=8, micro_batch_size=8)
+    with pytest.raises(ConfigError) as e: sw.finetune_sweep(other)
+    msg = str(e.value)
+    for said in ("select_step 'final' (asked 'best')", "special_tokens 'eos' (asked 'bos_eos')", "warmup 'ceil' (asked 'round')",
+                 'max_steps 1 (asked 30)', 'batch_size 4 (asked 8)', "force='<reason>'"):
+        assert said in msg, (said, msg)
+    assert len(res.read_rows(store)) == 1                           # refused before anything ran
+    for kw in (dict(max_length=64), dict(packing=False), dict(max_eval_examples=2), dict(data_source='canonical'),
+               dict(tc_mode='seqeval'), dict(qa_mode='squad'), dict(ndcg_mode='standard')):
+        with pytest.raises(ConfigError, match=f'{next(iter(kw))} '): sw.finetune_sweep(dataclasses.replace(cfg, **kw))
+    sw.finetune_sweep(dataclasses.replace(cfg, max_steps=2), force='two steps')   # a deliberate re-run supersedes
+    (now,) = res.load_results(store).to_dict('records')
+    assert (now['max_steps'], now['steps'], now['supersedes']) == (2, 2, 'two steps')

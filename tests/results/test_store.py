@@ -17,11 +17,13 @@ import mlmclm.results.compaction as comp
 import mlmclm.results.aggregation as aggr
 from mlmclm.base.configs import ConfigError
 from mlmclm.base.files import append_jsonl
-from mlmclm.protocol.runs import PretrainRun, finetune_runs
+from mlmclm.protocol.runs import FinetuneConfig, FinetuneRun, PretrainRun, finetune_runs, row_cell, run_key
 from mlmclm.results.store import StoreWriter, load_results, missing, read_examples, read_rows
+from mlmclm import core
+from mlmclm.protocol.runs import sweep_settings
 
 from tiny import tiny_cfg, tiny_checkpoint
-from result_rows import row
+from result_rows import BASE, row, store_with_rows, write_rows
 
 
 pytestmark = pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
@@ -170,3 +172,40 @@ def test_item9_garbage_lines_in_a_store_are_skipped_with_file_and_line(tmp_path)
         res = load_results(store)
     assert sorted(res.seed) == [0, 1]
     assert 'line 5' in ' '.join(str(x.message) for x in w)
+
+
+# ---------------------------------------------------------------- third fault attack (issue 34), the cases of ../shared/faults/attack-3.md
+# N4: rows of other settings
+def test_older_rows_get_the_settings_they_ran_with(tmp_path):
+    "A store written before the options were recorded stays readable; its rows ran the earlier mlmclm choices."
+    store = tmp_path/'old.jsonl'
+    core.append_jsonl(store, dict(BASE, seed=0, val_score=.5, test_score=.5))            # before 4b15589
+    core.append_jsonl(store, dict(BASE, seed=1, val_score=.5, test_score=.5, select_step='final', special_tokens='eos',
+                                  tc_mode='encodeval', qa_mode='encodeval', ndcg_mode='encodeval', warmup='ceil',
+                                  data_source='encodeval', precision='fp32', max_length=2028))   # before packing
+    old, mid = res.read_rows(store)
+    assert (row_cell(old)['select_step'], row_cell(old)['packing'], row_cell(old)['max_steps']) == ('best', False, 'unknown')
+    assert (row_cell(mid)['select_step'], row_cell(mid)['precision_used'], row_cell(mid)['packing']) == ('final', 'fp32', False)
+    fam = aggr.family_scores(res.load_results(store))
+    assert len(fam) == 2 and fam.n_seeds.tolist() == [1, 1]        # the two protocols are not one model's two seeds
+    run = FinetuneRun('610m-clm-42k', 'sst2', ('sst2',), 1e-5, 0)
+    asked = sweep_settings(FinetuneConfig(), 2028)
+    with pytest.raises(ConfigError, match="select_step 'best' \\(asked 'final'\\)"): res.missing(store, [run], asked=asked)
+    assert res.missing(store, [run]) == []                          # without settings asked: as before
+
+
+# N23: learning rates that share 6 significant digits ---------------------------------------------------------------
+def test_close_learning_rates_are_different_runs(tmp_path):
+    store = tmp_path/'r.jsonl'
+    write_rows(store, [dict(BASE, seed=0, val_score=.5, test_score=.5, lr=1e-4)])
+    runs = [FinetuneRun('610m-clm-42k', 'sst2', ('sst2',), lr, 0) for lr in (1e-4, 1.000001e-4, 1.0000049e-4)]
+    assert res.missing(store, runs) == runs[1:]
+    assert run_key(dict(BASE, seed=0, lr=1e-4)) == '610m-clm-42k|sst2|0.0001|0'   # keys written before are unchanged
+
+
+# A damaged legacy per-example scores file is named (issue 34).
+def test_legacy_examples_file_is_named_when_damaged(tmp_path):
+    store = store_with_rows(tmp_path)
+    Path(f'{store}.examples.npz').write_bytes(b'not an npz')
+    with pytest.raises(ValueError, match=r'results\.jsonl\.examples\.npz cannot be read .*per-example test scores'):
+        res.read_examples(store)
