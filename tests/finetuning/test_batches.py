@@ -1,6 +1,7 @@
 """Packed fine-tuning computes what padded fine-tuning computes: per-example outputs and gradients for every head kind
 and pooling, attention confined to each example, token-budget micro-batches that accumulate the whole batch's
-gradient, and a gradient-cached retrieval loss equal to sentence-transformers' `CachedMultipleNegativesRankingLoss`."""
+gradient, and a gradient-cached retrieval loss equal to sentence-transformers' `CachedMultipleNegativesRankingLoss`;
+batches are collated one ahead of the step that takes them."""
 import dataclasses
 
 import pytest
@@ -155,3 +156,22 @@ def test_cached_infonce_matches_sentence_transformers(tmp_path):
     assert abs(loss.item() - their_loss.item()) <= 1e-5
     for name, p in ours.model.named_parameters():
         assert _rel(p.grad, theirs[name].grad) <= 1e-4, name
+
+
+# Issue 33 item 11: the training loop does not wait on the host.
+def test_staged_batches_are_the_collated_batches_one_ahead():
+    from mlmclm.finetuning.batches import staged
+    feats = [dict(input_ids=list(range(3, 3 + n)), label=n % 2) for n in (5, 9, 3, 7, 4)]
+    made = []
+    def batches():
+        for i in range(0, 5, 2):
+            made.append(i); yield collate_packed(feats[i:i + 2], 0)
+    got = []
+    for b in staged(batches(), 'cpu'):
+        got.append((len(made), b)) 
+    assert [n for n, _ in got] == [2, 3, 3]   # when batch k is handed out, batch k + 1 is already collated
+    for (_, b), i in zip(got, range(0, 5, 2)):
+        want = collate_packed(feats[i:i + 2], 0)
+        assert b.keys() == want.keys() and all(torch.equal(b[k], want[k]) if torch.is_tensor(want[k]) else b[k] == want[k]
+                                               for k in want)
+    assert list(staged(iter([]), 'cpu')) == []

@@ -1,6 +1,7 @@
 """The fine-tuning sweep without papermill (`mlmclm.finetuning.sweep`): resumable results, the SentenceTransformer export
 of a trained retriever, and what it stores: after a store lost its last newline, two checkpoints of one run apart,
-nothing for a checkpoint or a loss that is not finite, nothing at a CSV path."""
+nothing for a checkpoint or a loss that is not finite, nothing at a CSV path, no rows of other settings, and the
+revision of each dataset it loaded."""
 import dataclasses
 import json
 from pathlib import Path
@@ -12,9 +13,10 @@ import torch.nn.functional as F
 import mlmclm.finetuning.loop as ft
 
 import mlmclm.finetuning.sweep as sw
-from mlmclm.protocol.runs import FinetuneConfig
+from mlmclm.protocol.runs import FinetuneConfig, shard_dir
 import mlmclm.finetuning.features as enc
 import mlmclm.results.store as res
+import mlmclm.tasks.registry as tasks
 from mlmclm.results.store import load_results, read_rows
 from mlmclm.data.tokenizers import load_tokenizer
 from mlmclm.model.heads import TaskModel
@@ -141,3 +143,44 @@ def test_sweep_with_other_settings_is_refused_naming_them(tmp_path):
     sw.finetune_sweep(dataclasses.replace(cfg, max_steps=2), force='two steps')   # a deliberate re-run supersedes
     (now,) = res.load_results(store).to_dict('records')
     assert (now['max_steps'], now['steps'], now['supersedes']) == (2, 2, 'two steps')
+
+
+# -------------------------------------------------------------- the dataset revision a sweep records (issue 33 item 13)
+@pytest.fixture
+def local_sc(tmp_path, monkeypatch):
+    "A sentiment dataset in the hub's layout in a local folder (as `datasets` reads a repo), registered as a task."
+    import datasets
+    monkeypatch.setattr(datasets.config, 'HF_DATASETS_CACHE', str(tmp_path/'hf-cache'))
+    root = tmp_path/'local_sc'; (root/'data').mkdir(parents=True)
+    for split, n in (('train', 16), ('validation', 4), ('test', 4)):
+        datasets.Dataset.from_dict(dict(sentence=[f'film {i} was {"good" if i % 2 else "bad"}' for i in range(n)],
+                                        label=[i % 2 for i in range(n)])).to_parquet(root/'data'/f'{split}-00000-of-00001.parquet')
+    def load_():
+        return {s: [dict(text=r['sentence'], label=r['label']) for r in tasks._hub(str(root), None, s)]
+                for s in ('train', 'validation', 'test')}
+    monkeypatch.setitem(tasks.TASKS, 'local_sc', tasks.Task('local_sc', 'SC', 'sequence', load_, ('bad', 'good'), max_length=64))
+    return root
+
+
+def _sweep(results, task):
+    return sw.finetune_sweep(FinetuneConfig(tasks=task, lrs='1e-3', seeds='0', max_steps=1, eval_every=1, batch_size=4,
+                                               micro_batch_size=4, max_eval_examples=4, results=str(results),
+                                               feature_cache='off', progress=False))
+
+
+def test_a_local_dataset_is_recorded_by_its_content_in_rows_and_the_config(tmp_path, local_sc):
+    data, rev = tasks.load_task_revision(tasks.TASKS['local_sc'])
+    assert rev.startswith('content-sha256:') and len(data['train']) == 16
+    store = _sweep(tmp_path/'r.jsonl', 'local_sc')
+    rows = load_results(store)
+    assert rows['dataset_revision'].tolist() == [rev]
+    record = next((shard_dir(store)/'configs').glob('*/run.json'))
+    assert json.loads(record.read_text())['dataset_revisions'] == {'local_sc': rev}
+    (local_sc/'data'/'test-00000-of-00001.parquet').write_bytes(
+        (local_sc/'data'/'train-00000-of-00001.parquet').read_bytes())   # the data moved
+    assert tasks.load_task_revision(tasks.TASKS['local_sc'])[1] not in (None, rev)
+
+
+def test_embedded_rows_say_no_revision_is_known(tmp_path):
+    rows = load_results(_sweep(tmp_path/'r.jsonl', 'rt_sentiment'))
+    assert 'dataset_revision' in rows and rows['dataset_revision'].isna().all()

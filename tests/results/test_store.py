@@ -1,7 +1,7 @@
 """The results store from the outside: what a sweep writes (provenance, per-example scores, supersession), the
 checkpoint-name guard, stores written before shards, the health / compact / status commands, and which runs a
 store holds (imported rows are not ours; a row counts for the precision it was asked for); garbage lines are skipped
-and named."""
+and named; a damaged legacy per-example scores file is named with what to do."""
 import json
 import warnings
 from pathlib import Path
@@ -209,3 +209,29 @@ def test_legacy_examples_file_is_named_when_damaged(tmp_path):
     Path(f'{store}.examples.npz').write_bytes(b'not an npz')
     with pytest.raises(ValueError, match=r'results\.jsonl\.examples\.npz cannot be read .*per-example test scores'):
         res.read_examples(store)
+
+
+# --------------------------------------------------------------- a damaged legacy examples file (issue 34 item 10: N26)
+ROW = dict(checkpoint_name='m', dataset='sst2', family='SC', lr=1e-4, seed=0, val_score=.5, test_score=.5)
+
+
+@pytest.mark.parametrize('damage', ['object array', 'not an npz', 'truncated'])
+def test_a_damaged_legacy_examples_file_is_named_with_what_to_do(tmp_path, damage):
+    store = tmp_path/'results.jsonl'
+    with res.StoreWriter(store) as w: w.append([ROW])
+    legacy = tmp_path/'results.jsonl.examples.npz'
+    if damage == 'object array': np.savez(legacy, k=np.array([{'a': 1}], dtype=object))
+    elif damage == 'not an npz': legacy.write_bytes(b'\x80\x04garbage')
+    else:
+        np.savez(legacy, k=np.arange(100)); legacy.write_bytes(legacy.read_bytes()[:60])
+    with pytest.raises(ConfigError) as e: res.read_examples(store)
+    msg = str(e.value)
+    assert str(legacy) in msg and 'Restore it from a copy, or move it away' in msg and "force='why'" in msg
+
+
+def test_a_sound_legacy_examples_file_is_still_read(tmp_path):
+    store = tmp_path/'results.jsonl'
+    with res.StoreWriter(store) as w: w.append([ROW])
+    key = next(iter(res.current_rows(res.read_rows(store))))
+    np.savez(tmp_path/'results.jsonl.examples.npz', **{key: np.array([1.0, 0.0])})
+    assert res.read_examples(store)[key].tolist() == [1.0, 0.0]
