@@ -24,6 +24,8 @@ from mlmclm.pretraining.loop import pretrain
 from mlmclm.pretraining.checks import check_pretrain_config
 from mlmclm.base.claims import ClaimHeld
 
+from tiny import SMALL_BATCH_MLM, tiny_run_cfg
+
 ROOT = project_root()
 PY = sys.executable
 TINY = dict(size='tiny', schedule='mlm', total_steps=8, seq_len=32, batch_size=4, warmup_steps=1, decay_steps=2,
@@ -390,3 +392,37 @@ def test_two_launchers_of_one_run_train_it_once(tmp_path):
     assert all('is being trained by' in o[1] for o in refused), [o[1][-2000:] for o in refused]
     assert [m['step'] for m in read_jsonl(tmp_path/'same'/'metrics.jsonl')] == list(range(1, 41))   # each step once
     assert PretrainRun('same', tmp_path).status() == 'done'
+
+
+# ------------------------------------ third fault attack (issue 34 item 10, N18): an empty micro-batch, a diverged step
+def test_n18_an_empty_micro_batch_is_named_and_no_state_is_promised(tmp_path, monkeypatch):
+    import mlmclm.pretraining.checks as session
+    monkeypatch.setattr(session, 'EMPTY_BATCHES_ALLOWED', float('inf'))         # past the config check, as before it
+    with pytest.raises(FloatingPointError) as err:
+        pretrain(tiny_run_cfg(tmp_path, mask_ratio=0.02, **SMALL_BATCH_MLM))
+    text = str(err.value)
+    assert 'has no masked token (2 rows x 16 tokens, mask_ratio=0.02), so its loss is 0/0' in text, text
+    assert 'no state was saved yet' in text and 'state is kept' not in text and 'fix lr/data' not in text, text
+    assert state_missing(tmp_path/'a')
+
+
+def state_missing(run: Path) -> bool:
+    return not (run/'state').exists()
+
+
+def test_n18_a_diverged_step_names_the_state_that_exists(tmp_path, monkeypatch):
+    import mlmclm.pretraining.loop as pt
+    calls, real = [], pt.lm_loss
+    def diverging(*args, **kw):
+        loss, n = real(*args, **kw); calls.append(1)
+        return (loss * float('nan') if len(calls) == 3 else loss), n
+    monkeypatch.setattr(pt, 'lm_loss', diverging)
+    with pytest.raises(FloatingPointError) as err:
+        pretrain(tiny_run_cfg(tmp_path, save_every=1, checkpoint_steps=''))
+    text = str(err.value)
+    assert 'non-finite loss nan at step 3 (clm): no micro-batch of this process was empty, so the training diverged' in text
+    assert f"the last good state is kept in {tmp_path/'a'/'state'}" in text and (tmp_path/'a'/'state').is_dir(), text
+    assert "on_config_change='resume_anyway' it goes on under the changed settings" in text, text
+    monkeypatch.undo()                                                       # the advice holds: it goes on at a lower lr
+    run = pretrain(tiny_run_cfg(tmp_path, save_every=1, checkpoint_steps='', lr=1e-3, on_config_change='resume_anyway'))
+    assert [(r['step'], r['lr']) for r in read_jsonl(run/'metrics.jsonl')][2:] == [(3, 1e-3), (4, 1e-3)]
