@@ -1,8 +1,11 @@
 """The benchmark's command line (`mlmclm bench`, run by `mlmclm.bench.smoke`) end to end: ours vs Hugging Face in one
-run, last line `ratio=...`, results on disk; the smoke command of the first GPU run, at tiny sizes on a CPU."""
+run, last line `ratio=...`, results on disk; the smoke command of the first GPU run, at tiny sizes on a CPU, and
+the parts of the smoke that judge what they report."""
 import json
 import subprocess
 import sys
+
+import torch
 
 from mlmclm.base.files import project_root
 from mlmclm.cli import COMMANDS
@@ -92,3 +95,69 @@ def test_the_bench_command_dispatches_to_the_room_above_the_three_it_runs():
     assert COMMANDS['bench'][0] == 'mlmclm.bench.smoke'
     assert (run.benchmark, run.finetune_benchmark) == (bench.benchmark, bench_finetune.finetune_benchmark)
     assert run._parser().prog == 'mlmclm bench'
+
+
+# ------------------------------------------- issue 33 item 12: the smoke judges what it reports (tiny sizes on the CPU)
+def _stub_parts(monkeypatch, **results):
+    import mlmclm.bench.smoke as bench
+    for name in ('_smoke_bench', '_smoke_pretrain', '_smoke_finetune', '_smoke_agreement', '_smoke_fsdp'):
+        monkeypatch.setattr(bench, name, results.get(name, lambda *a, **k: dict(ok=True)))
+    return bench
+
+
+def test_a_failing_part_keeps_its_traceback(tmp_path, monkeypatch):
+    def broken(*a, **k): raise ValueError('the kernel said no')
+    bench = _stub_parts(monkeypatch, _smoke_agreement=broken)
+    report = bench.smoke('cpu', tmp_path/'s.json')
+    part = json.loads((tmp_path/'s.json').read_text())['parts']['flash_vs_sdpa']
+    assert not report['ok'] and part['error'] == 'ValueError: the kernel said no'
+    assert 'Traceback (most recent call last)' in part['traceback'] and 'in broken' in part['traceback']
+
+
+def test_each_part_starts_after_a_collection(tmp_path, monkeypatch):
+    import weakref
+    class Cycle: pass
+    c = Cycle(); c.me = c; c.big = torch.zeros(1000); alive = weakref.ref(c); del c   # freed only by a cyclic GC
+    seen = []
+    bench = _stub_parts(monkeypatch, _smoke_bench=lambda *a, **k: seen.append(alive() is None) or dict(ok=True))
+    import gc
+    gc.disable()
+    try: bench.smoke('cpu', tmp_path/'s.json')
+    finally: gc.enable()
+    assert seen == [True]
+
+
+def test_graph_breaks_in_compiled_sides_fail_the_benchmark_part(monkeypatch):
+    import mlmclm.bench.smoke as bench
+    def fake(size, objective, *a, **k):
+        side = dict(side='ours', tokens_per_s=1.0, ratio=1.0, mfu=None, mfu_doc_lengths=None, peak_gib=None,
+                    compiled_frames=1, recompiles=0, recompile_limit_hits=0, graph_breaks=breaks)
+        return dict(sides=[side], options={}, eager_fallback=False, attention={})
+    monkeypatch.setattr(bench, 'benchmark', fake)
+    breaks = 0; assert bench._smoke_bench(torch.device('cpu'), 'tiny', 2, 32, 1)['ok']
+    breaks = 5; assert not bench._smoke_bench(torch.device('cpu'), 'tiny', 2, 32, 1)['ok']
+
+
+def test_the_pretraining_part_fails_on_a_recompile_and_on_memory_outside_the_band(tmp_path, monkeypatch):
+    import mlmclm.bench.smoke as bench
+    dev = torch.device('cpu')
+    good = bench._smoke_pretrain(dev, 'tiny', 2, 32, tmp_path/'a')
+    assert good['ok'] and good['checks'] == dict(steps=True, memory=True, graph_breaks=True, recompiles=True), good
+    assert 0.8 <= good['measured_over_estimate'] <= 1.3 and good['dynamo']['recompiles'] == 0
+    real = bench.pretrain
+    def recompiling(cfg):   # a run during which dynamo compiles a frame again (a guard failed)
+        f = torch.compile(lambda x: x + 1, backend='eager')
+        f(torch.ones(2)); f(torch.ones(2, dtype=torch.long))
+        return real(cfg)
+    class NoMeter:   # dynamo compiles nothing while a dispatch mode (the CPU's `MemoryMeter`) is active
+        peak = 0
+        def __enter__(self): return self
+        def __exit__(self, *exc): return False
+    with monkeypatch.context() as m:
+        m.setattr(bench, 'pretrain', recompiling); m.setattr(bench, 'MemoryMeter', NoMeter)
+        r = bench._smoke_pretrain(dev, 'tiny', 2, 32, tmp_path/'b')
+    assert not r['ok'] and r['checks']['recompiles'] is False and r['dynamo']['recompiles'] >= 1
+    fit = bench.fit_settings
+    monkeypatch.setattr(bench, 'fit_settings', lambda *a, **k: dict(fit(*a, **k), peak_gib=fit(*a, **k)['peak_gib'] * 2))
+    r = bench._smoke_pretrain(dev, 'tiny', 2, 32, tmp_path/'c')        # an estimate twice too high: measured/estimate ~0.6
+    assert not r['ok'] and r['checks']['memory'] is False and r['measured_over_estimate'] < 0.8

@@ -1,6 +1,8 @@
-"""Issue 37 item 5: every checkpoint folder carries a Hugging Face model card, whose loading snippet runs with plain
-transformers (no mlmclm on the path), and `mlmclm push` refuses what is not a checkpoint and says clearly when the
-hub cannot be reached."""
+"""Checkpoints (`mlmclm.model.checkpoints`): every checkpoint folder carries a Hugging Face model card, whose loading
+snippet runs with plain transformers (no mlmclm on the path), and `mlmclm push` refuses what is not a checkpoint and
+says clearly when the hub cannot be reached (issue 37 item 5); checkpoints honour the umask; loading a release whose
+shape differs from our preset warns."""
+import json
 import os
 import re
 import subprocess
@@ -8,11 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from huggingface_hub import ModelCard
 
 from mlmclm.base.files import read_jsonl
 from mlmclm.pretraining.loop import pretrain
 from mlmclm.protocol.runs import pretrain_config
+from mlmclm.model.sizes import model_config
+from mlmclm.model.transformer import build_model
 
 from tiny import tiny_checkpoint
 
@@ -170,3 +175,36 @@ def test_item10_checkpoints_honour_the_umask(tmp_path):
     try: ck = tiny_checkpoint(tmp_path/'ck')
     finally: os.umask(old)
     assert (ck/'model.safetensors').stat().st_mode & 0o777 == 0o644
+
+
+# ---------------------------------------------------------------- issue 33: a release is compared with our preset
+def _hub_release(cache, name: str, cfg=None, model=None) -> None:
+    "A hub cache holding `MLMvsCLM/<name>` as `snapshot_download` leaves it: refs/main and one snapshot."
+    from mlmclm.model.transformer import to_llama_config_dict
+    from mlmclm.model.checkpoints import save
+    repo = cache/f'models--MLMvsCLM--{name}'
+    snap = repo/'snapshots'/('0' * 40)
+    (repo/'refs').mkdir(parents=True); (repo/'refs'/'main').write_text('0' * 40)
+    snap.mkdir(parents=True)
+    if model is not None: save(model, snap)
+    else: (snap/'config.json').write_text(json.dumps(to_llama_config_dict(cfg)))
+
+
+def test_loading_a_release_warns_where_its_shape_differs_from_our_preset(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+    from mlmclm.model.checkpoints import load
+    monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_CACHE', str(tmp_path))
+    monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_OFFLINE', True)
+    _hub_release(tmp_path, '1b-mlm40-42k', cfg=model_config('1.2b'))            # the config alone: the 1b's weights are 4 GB
+    with pytest.warns(UserWarning, match=r"differs from our '1b' preset .* in num_hidden_layers \(released 28, ours 26\), "
+                                         r"intermediate_size \(released 5120, ours 4096\)"):
+        with pytest.raises(FileNotFoundError, match='no \\*.safetensors'): load('MLMvsCLM/1b-mlm40-42k')
+    torch.manual_seed(0)
+    _hub_release(tmp_path, 'tiny-clm-1k', model=build_model('tiny', num_hidden_layers=2))
+    with pytest.warns(UserWarning, match=r"in num_hidden_layers \(released 2, ours 4\);"):
+        assert load('MLMvsCLM/tiny-clm-1k').config.num_hidden_layers == 2
+    _hub_release(tmp_path, 'tiny-mlm40-1k', model=build_model('tiny'))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        load('MLMvsCLM/tiny-mlm40-1k')                                             # the same shape: nothing to say
