@@ -113,7 +113,7 @@ PRETRAIN_VALUES = dict(schedule='biphasic', clm_steps=3, total_steps=6, mask_rat
                        trust_state_from='any')
 # left at their defaults here, each for a reason (the test above passes every one of them): a larger model or
 # sharding is minutes of CPU, init_from/resume_from need a run first, clm_fraction excludes clm_steps, compile is
-# slow on a CPU, log_with has its own test (tests/model/test_checkpoints.py), store_dir would tokenize the corpus again, and
+# slow on a CPU, log_with has its own test (tests/base/test_trackers.py), store_dir would tokenize the corpus again, and
 # save=False would leave no checkpoint for the fine-tuning test below
 NOT_PASSED = {'size', 'init_from', 'resume_from', 'clm_fraction', 'fsdp', 'compile', 'log_with', 'store_dir', 'out_dir',
               'save'}
