@@ -1,6 +1,5 @@
-"""The study's commands: planner counts from the command line, a launcher that resumes without redoing work, and the
-plan's fine-tuning priced at a measured speed only for the model size it was measured on."""
-import os
+"""The study's commands (`mlmclm.study.commands`): planner counts from the command line, `study status` of a plan with a
+control, and the plan's fine-tuning priced at a measured speed only for the model size it was measured on."""
 import subprocess
 import sys
 import time
@@ -10,10 +9,9 @@ import pytest
 
 from mlmclm.base.configs import ConfigError
 from mlmclm.base.files import atomic_write_json, project_root, read_json, read_jsonl
-from mlmclm.results.store import read_rows
 from mlmclm.protocol.runs import finetune_config
-from mlmclm.study.launchers import finetune_params, launch
-from mlmclm.study.plan import PRESETS, build_plan, finetune_jobs, get_plan, paper_plan, protocol_ablation_plan, select
+from mlmclm.study.launchers import finetune_params
+from mlmclm.study.plan import PRESETS, finetune_jobs, get_plan, paper_plan, protocol_ablation_plan, select
 from mlmclm.study.commands import describe
 from mlmclm.protocol.paper import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS
 from mlmclm import study, study_cli
@@ -92,45 +90,6 @@ def test_precision_ablation_plan_without_running_it(tmp_path):
 def test_selection_errors_name_the_bad_value():
     with pytest.raises(ConfigError, match="unknown size '7b'"):
         select(paper_plan(), sizes=['7b'])
-
-
-def _tiny_plan():
-    return build_plan('unit', {'E1': ['tiny-clm-42k', 'tiny-mlm40-42k']}, ('rt_sentiment',), ('rt_sentiment',),
-                      lrs=(1e-3,), seeds=(0,), step_scale=1 / 2000,   # 42k steps -> 21, warmup/decay -> 1
-                      pretrain_preset='demo', finetune_preset='demo',
-                      pretrain_overrides=dict(seq_len=32, batch_size=4, lr=2e-3, data='embedded', save_every=10, log_every=5),
-                      finetune_overrides=dict(max_steps=3, eval_every=3, max_eval_examples=20))
-
-
-def test_launcher_skips_finished_runs_and_resumes_the_rest(tmp_path):
-    plan = _tiny_plan()
-    first = select(plan, pattern='tiny-clm-*')              # an "interrupted" study: only one branch got done
-    launch(first, tmp_path, progress=False)
-    done_nb, = (tmp_path/'notebooks').glob('pretrain-tiny-clm-42k-*.ipynb')      # named after its launcher (host, pid)
-    stamp = done_nb.stat().st_mtime_ns
-    assert (tmp_path/'tiny-clm-42k'/'done.json').is_file()
-    assert not (tmp_path/'tiny-mlm40-42k').exists()
-    launch(plan, tmp_path, progress=False)                   # the whole study: the rest runs, nothing is redone
-    assert done_nb.stat().st_mtime_ns == stamp
-    assert (tmp_path/'tiny-mlm40-42k'/'done.json').is_file()
-    rows = read_rows(tmp_path/'results.jsonl')
-    assert sorted(r['checkpoint_name'] for r in rows) == ['tiny-clm-42k', 'tiny-mlm40-42k']
-    assert rows[0]['pretrain_run_id'] in ('tiny-clm-42k', 'tiny-mlm40-42k')   # pretraining metadata travels
-
-
-def test_each_finetuning_worker_sees_its_own_gpu(tmp_path, monkeypatch):
-    "Issue 25 item 13: one worker per GPU by default, each with its own CUDA_VISIBLE_DEVICES; more workers than GPUs refused."
-    import mlmclm.study.launchers as launchers
-    seen = []
-    monkeypatch.setattr(launchers, '_walk', lambda *a, **k: seen.append(os.environ.get('CUDA_VISIBLE_DEVICES')))
-    monkeypatch.setattr(launchers, 'visible_gpus', lambda: ['0', '1'])
-    plan, before = _tiny_plan(), os.environ.get('CUDA_VISIBLE_DEVICES')
-    launchers._finetune_helper(plan, tmp_path, None, '1')                  # what a spawned worker runs
-    launchers._finetune_stage(plan, tmp_path, False, ['0'])                # the launcher itself: the first GPU
-    assert seen == ['1', '0'] and os.environ.get('CUDA_VISIBLE_DEVICES') == before   # restored after each
-    assert launchers.finetune_workers(None, launchers.visible_gpus()) == ['0', '1']
-    with pytest.raises(ConfigError, match='workers=4 but this machine shows 2 GPU'):
-        launch(plan, tmp_path, stages=('finetune',), workers=4)
 
 
 # ---------------------------------------------------------------- the price of the demo's fine-tuning

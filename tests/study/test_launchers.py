@@ -1,10 +1,12 @@
 """One launcher path (issue 26): the launcher notebooks' parameters are their configs' fields, every parameter reaches
 the config whatever the notebook's other cells assign, papermill runs only the Run section, run keys agree between
 the sweep, the local launcher, the Slurm array and `study status`, and one pretraining run has one trainer: a child
-run whose parent another worker trains is skipped for now, its notebook parameters computed once."""
+run whose parent another worker trains is skipped for now, its notebook parameters computed once; a study resumes
+without redoing work, and each fine-tuning worker sees its own GPU."""
 import ast
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import time
@@ -19,13 +21,13 @@ import mlmclm.study.launchers as launchers
 import mlmclm.study.plan as study
 from mlmclm.base.configs import ConfigError, notebook_config
 from mlmclm.base.files import project_root, read_json, read_jsonl
-from mlmclm.results.store import StoreWriter
+from mlmclm.results.store import StoreWriter, read_rows
 from mlmclm.protocol.runs import (FinetuneConfig, PretrainConfig, finetune_config, finetune_grid, finetune_preset,
                                   finetune_runs, pretrain_preset)
 from mlmclm.protocol.finetuning import PROTOCOL_AXES
 from mlmclm.protocol.runs import PretrainRun
 from mlmclm.study.launchers import _parent_in_other_hands, launch
-from mlmclm.study.plan import build_plan, pretrain_params
+from mlmclm.study.plan import build_plan, pretrain_params, select
 
 ROOT = project_root()
 PY = sys.executable
@@ -300,3 +302,43 @@ def test_a_child_waits_for_a_parent_another_worker_trains_given_its_parameters(t
         with pytest.warns(UserWarning, match='skipped for now'): launchers._run_pretraining(plan, tmp_path, child)
     finally:
         held.release()
+
+
+# ---------------------------------------------------------------- a study resumed; one GPU a worker
+def _tiny_plan():
+    return build_plan('unit', {'E1': ['tiny-clm-42k', 'tiny-mlm40-42k']}, ('rt_sentiment',), ('rt_sentiment',),
+                      lrs=(1e-3,), seeds=(0,), step_scale=1 / 2000,   # 42k steps -> 21, warmup/decay -> 1
+                      pretrain_preset='demo', finetune_preset='demo',
+                      pretrain_overrides=dict(seq_len=32, batch_size=4, lr=2e-3, data='embedded', save_every=10, log_every=5),
+                      finetune_overrides=dict(max_steps=3, eval_every=3, max_eval_examples=20))
+
+
+def test_launcher_skips_finished_runs_and_resumes_the_rest(tmp_path):
+    plan = _tiny_plan()
+    first = select(plan, pattern='tiny-clm-*')              # an "interrupted" study: only one branch got done
+    launch(first, tmp_path, progress=False)
+    done_nb, = (tmp_path/'notebooks').glob('pretrain-tiny-clm-42k-*.ipynb')      # named after its launcher (host, pid)
+    stamp = done_nb.stat().st_mtime_ns
+    assert (tmp_path/'tiny-clm-42k'/'done.json').is_file()
+    assert not (tmp_path/'tiny-mlm40-42k').exists()
+    launch(plan, tmp_path, progress=False)                   # the whole study: the rest runs, nothing is redone
+    assert done_nb.stat().st_mtime_ns == stamp
+    assert (tmp_path/'tiny-mlm40-42k'/'done.json').is_file()
+    rows = read_rows(tmp_path/'results.jsonl')
+    assert sorted(r['checkpoint_name'] for r in rows) == ['tiny-clm-42k', 'tiny-mlm40-42k']
+    assert rows[0]['pretrain_run_id'] in ('tiny-clm-42k', 'tiny-mlm40-42k')   # pretraining metadata travels
+
+
+def test_each_finetuning_worker_sees_its_own_gpu(tmp_path, monkeypatch):
+    "Issue 25 item 13: one worker per GPU by default, each with its own CUDA_VISIBLE_DEVICES; more workers than GPUs refused."
+    import mlmclm.study.launchers as launchers
+    seen = []
+    monkeypatch.setattr(launchers, '_walk', lambda *a, **k: seen.append(os.environ.get('CUDA_VISIBLE_DEVICES')))
+    monkeypatch.setattr(launchers, 'visible_gpus', lambda: ['0', '1'])
+    plan, before = _tiny_plan(), os.environ.get('CUDA_VISIBLE_DEVICES')
+    launchers._finetune_helper(plan, tmp_path, None, '1')                  # what a spawned worker runs
+    launchers._finetune_stage(plan, tmp_path, False, ['0'])                # the launcher itself: the first GPU
+    assert seen == ['1', '0'] and os.environ.get('CUDA_VISIBLE_DEVICES') == before   # restored after each
+    assert launchers.finetune_workers(None, launchers.visible_gpus()) == ['0', '1']
+    with pytest.raises(ConfigError, match='workers=4 but this machine shows 2 GPU'):
+        launch(plan, tmp_path, stages=('finetune',), workers=4)
