@@ -1,13 +1,15 @@
-"""The checks of a pretraining config before any work (`mlmclm.pretraining.checks`): mask ratios under 1% or too low to
-fill a micro-batch, a start checkpoint with a weight that is not finite (the third fault attack, issue 34 item 10:
-N18, N19 of ../shared/faults/attack-3.md; each test failed before its fix)."""
+"""The checks of a pretraining config before any work (`mlmclm.pretraining.checks`): bad parameters; mask ratios under
+1% or too low to fill a micro-batch, a start checkpoint with a weight that is not finite (the third fault attack,
+issue 34 item 10: N18, N19 of ../shared/faults/attack-3.md; each test failed before its fix)."""
 import re
 import shutil
 
 import pytest
 
-from mlmclm.base.configs import ConfigError
+from mlmclm.base.configs import ConfigError, build_config
 from mlmclm.pretraining.loop import pretrain
+from mlmclm.pretraining.checks import check_pretrain_config
+from mlmclm.protocol.runs import PretrainConfig
 
 from tiny import SMALL_BATCH_MLM, tiny_run_cfg
 
@@ -43,3 +45,19 @@ def test_n19_an_init_from_checkpoint_with_a_nan_weight_is_refused_naming_the_ten
                                                     f"e.g. model.layers.0.mlp.down_proj.weight)")):
         pretrain(tiny_run_cfg(tmp_path, init_from=str(ck)))
     assert not (tmp_path/'a').exists()                                          # before the data and the run folder
+
+
+# ---------------------------------------------------------------- bad parameters
+@pytest.mark.parametrize('values, message', [
+    (dict(schedule='bert'), "cannot read phase 'bert'"),
+    (dict(mask_ratio=1.5), 'mask_ratio=1.5 is out of range'),
+    (dict(schedule='biphasic', clm_steps=500, total_steps=100), 'clm_steps=500 must be in [1, total_steps-1]'),
+    (dict(init_from='runs/does-not-exist'), "init_from='runs/does-not-exist' is not a local folder, and the hub is offline"),
+    (dict(init_from='./runs/does-not-exist'), "init_from='./runs/does-not-exist' does not exist"),
+    (dict(replace_mask=0.8), 'must be 1'),
+])
+def test_bad_parameters_fail_before_training(values, message, monkeypatch):
+    monkeypatch.setenv('HF_HUB_OFFLINE', '1')   # 'runs/does-not-exist' could be a hub id; offline it cannot be
+    with pytest.raises(ConfigError) as err:
+        check_pretrain_config(build_config(PretrainConfig, values))
+    assert message in str(err.value)

@@ -1,5 +1,6 @@
 """The study's commands (`mlmclm.study.commands`): planner counts from the command line, `study status` of a plan with a
-control, and the plan's fine-tuning priced at a measured speed only for the model size it was measured on."""
+control, the Slurm command of several nodes, and the plan's fine-tuning priced at a measured speed only for the model
+size it was measured on."""
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ from mlmclm.base.files import atomic_write_json, project_root, read_json, read_j
 from mlmclm.protocol.runs import finetune_config
 from mlmclm.study.launchers import finetune_params
 from mlmclm.study.plan import PRESETS, finetune_jobs, get_plan, paper_plan, protocol_ablation_plan, select
-from mlmclm.study.commands import describe
+from mlmclm.study.commands import describe, main
 from mlmclm.protocol.paper import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS
 from mlmclm import study, study_cli
 from mlmclm.study.plan import demo_plan
@@ -165,3 +166,26 @@ def test_study_status_of_a_plan_with_a_control_counts_it(tmp_path, capsys):
     main(['status', '--preset', 'demo', '--root', str(tmp_path)])
     lines = [l.split() for l in capsys.readouterr().out.splitlines()]
     assert ['control', 'finetune', '0', '0', '0', '12'] in lines     # 4 tasks x 1 LR x 3 seeds of tiny-random
+
+
+# --------------------------------------------------------------- pretraining on Slurm: several nodes, a named partition
+class _FakeSlurm:
+    "Stands in for `submitit.SlurmExecutor` where one node cannot: records each submission's parameters."
+    submitted = []
+    def __init__(self, folder): self.parameters = {}
+    def update_parameters(self, **kw): self.parameters.update(kw)
+    def submit(self, job):
+        self.submitted.append((job.params['run_id'], dict(self.parameters)))
+        return type('Job', (), {'job_id': str(100 + len(self.submitted))})()
+
+
+def test_the_slurm_command_gives_every_pretraining_job_its_nodes_gpus_time_and_partition(tmp_path, monkeypatch, capsys):
+    "Two nodes and a named partition: what the single-node cluster of tests/study/test_launchers_slurm.py cannot run."
+    import submitit
+    monkeypatch.setattr(submitit, 'SlurmExecutor', _FakeSlurm)
+    main(['slurm', '--what', 'pretrain', '--preset', 'demo', '--root', str(tmp_path), '--folder', str(tmp_path/'slurm'),
+          '--nodes', '2', '--gpus-per-node', '4', '--time', '90', '--partition', 'gpu', '--cpus-per-task', '6'])
+    assert f'submitted {len(demo_plan().runs)} pretraining jobs' in capsys.readouterr().out
+    for run, params in _FakeSlurm.submitted:
+        assert (params['nodes'], params['ntasks_per_node'], params['cpus_per_task'], params['time'],
+                params['partition']) == (2, 4, 6, 90, 'gpu')

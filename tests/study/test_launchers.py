@@ -2,7 +2,8 @@
 the config whatever the notebook's other cells assign, papermill runs only the Run section, run keys agree between
 the sweep, the local launcher, the Slurm array and `study status`, and one pretraining run has one trainer: a child
 run whose parent another worker trains is skipped for now, its notebook parameters computed once; a study resumes
-without redoing work, and each fine-tuning worker sees its own GPU."""
+without redoing work, each fine-tuning worker sees its own GPU, and a pretraining job's sbatch file says its nodes,
+GPUs, time, partition, requeue and signal."""
 import ast
 import dataclasses
 import json
@@ -23,11 +24,11 @@ from mlmclm.base.configs import ConfigError, notebook_config
 from mlmclm.base.files import project_root, read_json, read_jsonl
 from mlmclm.results.store import StoreWriter, read_rows
 from mlmclm.protocol.runs import (FinetuneConfig, PretrainConfig, finetune_config, finetune_grid, finetune_preset,
-                                  finetune_runs, pretrain_preset)
+                                  finetune_runs, grad_accum, pretrain_config, pretrain_preset)
 from mlmclm.protocol.finetuning import PROTOCOL_AXES
 from mlmclm.protocol.runs import PretrainRun
-from mlmclm.study.launchers import _parent_in_other_hands, launch
-from mlmclm.study.plan import build_plan, pretrain_params, select
+from mlmclm.study.launchers import _parent_in_other_hands, launch, pretrain_job_specs
+from mlmclm.study.plan import build_plan, paper_plan, pretrain_params, select
 
 ROOT = project_root()
 PY = sys.executable
@@ -342,3 +343,16 @@ def test_each_finetuning_worker_sees_its_own_gpu(tmp_path, monkeypatch):
     assert launchers.finetune_workers(None, launchers.visible_gpus()) == ['0', '1']
     with pytest.raises(ConfigError, match='workers=4 but this machine shows 2 GPU'):
         launch(plan, tmp_path, stages=('finetune',), workers=4)
+
+
+# --------------------- pretraining on Slurm: what a single-node Slurm cannot show (tests/study/test_launchers_slurm.py)
+def test_the_sbatch_files_say_nodes_gpus_time_partition_requeue_and_the_signal(tmp_path):
+    from submitit.slurm.slurm import _make_sbatch_string
+    spec = pretrain_job_specs(paper_plan(), tmp_path, nodes=4, gpus_per_node=8, timeout_min=2880, partition='gpu')[0]
+    text = _make_sbatch_string(command='python -u -m submitit.core._submit /x', folder=tmp_path, **spec['slurm'])
+    for line in ('--nodes=4', '--gpus-per-node=8', '--ntasks-per-node=8', '--time=2880', '--partition=gpu',
+                 '--requeue', '--signal=USR2@180', f"--job-name=pretrain-{spec['run']}"):
+        assert f'#SBATCH {line}\n' in text, line
+    cfg = pretrain_config(**spec['params'])
+    assert (cfg.global_batch, grad_accum(cfg.global_batch, cfg.batch_size, 32), cfg.run_id) == (2304, 6, spec['run'])
+    assert cfg.out_dir == str(tmp_path) and cfg.data_subset == 'sample-350BT'
