@@ -1,12 +1,19 @@
 """The study's planner (`mlmclm.study.plan`) prices fine-tuning from what it trains: the demo's examples, tokens and
 steps as fine-tuning encodes them (issue 36, item 1's leftover), each dataset's family from the task table, an error
-for a dataset the table lacks, and the paper's plan to the last bit as before."""
+for a dataset the table lacks, and the paper's plan to the last bit as before; runs of mixed and moving phases are
+priced at their expected cost."""
+import re
+
 import pytest
 
 from mlmclm import study
-from mlmclm.study.plan import demo_plan
+from mlmclm.study.plan import Costs, build_plan, demo_plan, run_flops
 from mlmclm.base.configs import ConfigError
 from mlmclm.protocol.paper import EMBEDDED_TASKS
+from mlmclm.model.sizes import flops_per_token, memory_estimate, model_config, phase_flops_per_token
+from mlmclm.protocol.run_names import parse_run_name
+from mlmclm.protocol.schedules import Phase
+from mlmclm.study.commands import describe
 
 
 # ------------------------------------------------------------- what the demo fine-tunes (issue 36, item 1's leftover)
@@ -53,3 +60,26 @@ def test_the_papers_plan_prices_fine_tuning_as_before():
     the authors' 26-layer 1b; the 28-layer shape gave 2.391058735792128e+20)."""
     assert study.finetune_flops(study.paper_plan()) == 2.287070783963136e+20
     assert study.finetune_flops(study.get_plan('protocol-ablation')) == 5.546574941257728e+19
+
+
+# ---------------------------------------------------------------- mixed and moving phases (issue 37 item 2)
+def test_the_planner_prices_mixed_and_moving_runs():
+    plan = build_plan('unit', {'X': ['610m-clm-10k-50clm+50mlm40-42k', '610m-mlm30to10-42k']}, ('sst2',), ('sst2',),
+                      lrs=(1e-4,), seeds=(0,))
+    costs = Costs()
+    clm, mlm40, mlm20 = (flops_per_token(model_config('610m'), costs.seq_len, o, r)
+                         for o, r in (('clm', 0.4), ('mlm', 0.4), ('mlm', 0.2)))
+    mixed, moving = plan.runs['610m-clm-10k-50clm+50mlm40-42k'], plan.runs['610m-mlm30to10-42k']
+    assert run_flops(plan, mixed, costs) == pytest.approx(costs.tokens_per_step * (10000 * clm + 32000 * (clm + mlm40) / 2))
+    assert run_flops(plan, moving, costs) == pytest.approx(costs.tokens_per_step * 42000 * mlm20)
+    assert phase_flops_per_token('610m', costs.seq_len, Phase('mlm30to10', 42000)) == pytest.approx(mlm20)
+    text = describe(plan, costs, memory=True)
+    assert re.search(r'pretraining runs +2\n', text) and '610m  estimated peak' in text
+    worst = memory_estimate('610m', 'ddp', 8, objective='50clm+50mlm40', grad_accum=24)
+    assert worst['peak_gib'] == memory_estimate('610m', 'ddp', 8, objective='clm', grad_accum=24)['peak_gib']
+
+
+def test_the_planner_shares_no_steps_between_moving_ratios_of_different_lengths():
+    from mlmclm.study.plan import branch_step
+    assert branch_step(parse_run_name('610m-50clm+50mlm40-22k'), parse_run_name('610m-50clm+50mlm40-42k'), 2000, 2000) == 20000
+    assert branch_step(parse_run_name('610m-mlm30to5-22k'), parse_run_name('610m-mlm30to5-42k'), 2000, 2000) == 0
