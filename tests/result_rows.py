@@ -1,5 +1,6 @@
 """Rows of a results store as a fine-tuning sweep writes them, for the tests that build stores by hand: a row, a
-released checkpoint's row (`BASE`), a store of two runs, and our own fine-tuned checkpoint with its pretraining record."""
+released checkpoint's row (`BASE`), a store of two runs, and our own fine-tuned checkpoint with its pretraining
+record."""
 from pathlib import Path
 
 import mlmclm.results.store as res
@@ -8,7 +9,8 @@ from mlmclm.protocol.paper import FAMILIES
 DEMO_TASKS = {'SC': 'rt_sentiment', 'TC': 'corpus_names', 'QA': 'corpus_speaker', 'IR': 'corpus_excerpt'}
 BIPHASIC = [dict(objective='clm', steps=84, mask_ratio=None), dict(objective='mlm', steps=252, mask_ratio=0.4)]
 OWN = 'tiny-clm0.25-mlm-336-1a2b3c-step-336'   # what `recorded_name` gives the README's papermill biphasic run
-BASE = dict(checkpoint_name='610m-clm-42k', dataset='sst2', family='SC', lr=1e-5, best_step=None, steps=1)   # seed, scores to add
+# a released checkpoint's row, without its seed and scores
+BASE = dict(checkpoint_name='610m-clm-42k', dataset='sst2', family='SC', lr=1e-5, best_step=None, steps=1)
 
 
 def row(ck='m', ds='sst2', lr=1e-4, seed=0, val=.8, test=.7, family='SC', **kw):

@@ -14,7 +14,7 @@ from mlmclm.base.files import (UnreadableFile, append_jsonl, atomic_write_json, 
 from waiting import finishes
 
 
-# ---------------------------------------------------------------- issue 17 (data loss, silent wrong answers), items 1 and 10
+# ----------------------------------------------------------- issue 17 (data loss, silent wrong answers), items 1 and 10
 def test_item1_torn_line_does_not_eat_the_next_row(tmp_path):
     f = tmp_path/'rows.jsonl'
     append_jsonl(f, {'a': 1})

@@ -1,7 +1,7 @@
-"""The fine-tuning sweep without papermill (`mlmclm.finetuning.sweep`): resumable results, the SentenceTransformer export
-of a trained retriever, and what it stores: after a store lost its last newline, two checkpoints of one run apart,
-nothing for a checkpoint or a loss that is not finite, nothing at a CSV path, no rows of other settings, and the
-revision of each dataset it loaded."""
+"""The fine-tuning sweep without papermill (`mlmclm.finetuning.sweep`): resumable results, the SentenceTransformer
+export of a trained retriever, and what it stores: after a store lost its last newline, two checkpoints of one run
+apart, nothing for a checkpoint or a loss that is not finite, nothing at a CSV path, no rows of other settings, and
+the revision of each dataset it loaded."""
 import dataclasses
 import json
 from pathlib import Path
@@ -66,7 +66,7 @@ def test_trained_retriever_loads_in_sentence_transformers(tmp_path):
     assert st.max_seq_length == TASKS['corpus_retrieval'].max_length
 
 
-# ---------------------------------------------------------------- issue 17 (data loss, silent wrong answers), items 1, 4, 5 and 14
+# ----------------------------------------------------- issue 17 (data loss, silent wrong answers), items 1, 4, 5 and 14
 def test_item1_finetuning_after_a_store_lost_its_last_newline(tmp_path):
     cfg = tiny_cfg(tmp_path)
     store = Path(cfg.results)
@@ -120,7 +120,7 @@ def _sweep_cfg(store, **kw) -> FinetuneConfig:
                                              progress=False), **kw)
 
 
-# ---------------------------------------------------------------- third fault attack (issue 34), the cases of ../shared/faults/attack-3.md
+# --------------------------------------------- third fault attack (issue 34), the cases of ../shared/faults/attack-3.md
 def test_sweep_with_other_settings_is_refused_naming_them(tmp_path):
     store = tmp_path/'r.jsonl'
     cfg = _sweep_cfg(store)

@@ -1,7 +1,7 @@
-"""The transformer (`mlmclm.model.transformer`) on its GPU path, checked on a CPU: the attention backend from the compute
-dtype (flash only for half precision), flash-attn's import failure recorded, SDPA's grouped-query attention under a mask
-(issue 25); the flash kernel resolved when a layer moves, so that a compiled block is one graph without flash-attn, and
-batches of other document layouts reuse the compiled blocks (issue 33)."""
+"""The transformer (`mlmclm.model.transformer`) on its GPU path, checked on a CPU: the attention backend from the
+compute dtype (flash only for half precision), flash-attn's import failure recorded, SDPA's grouped-query attention
+under a mask (issue 25); the flash kernel resolved when a layer moves, so that a compiled block is one graph without
+flash-attn, and batches of other document layouts reuse the compiled blocks (issue 33)."""
 import sys
 
 import pytest

@@ -1,6 +1,6 @@
-"""Issue 39, the newcomer's path, the README's part: the README's numbers are those of the committed results (`.ci/docs.py`
-fills them in and fails when one changes), and its JupyterLab line starts as root and as a user. The other tests of
-issue 39 are in their rooms (report/test_tables.py, report/test_render.py, report/test_figures.py,
+"""Issue 39, the newcomer's path, the README's part: the README's numbers are those of the committed results
+(`.ci/docs.py` fills them in and fails when one changes), and its JupyterLab line starts as root and as a user. The
+other tests of issue 39 are in their rooms (report/test_tables.py, report/test_render.py, report/test_figures.py,
 package/test_cli.py) and in test_ci.py."""
 import importlib.util
 import json

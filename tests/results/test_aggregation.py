@@ -25,7 +25,7 @@ def test_item6_a_run_stored_twice_counts_once(tmp_path):
     assert aggregate(doubled).n_seeds.tolist() == [2]
 
 
-# ---------------------------------------------------------------- third fault attack (issue 34), the cases of ../shared/faults/attack-3.md
+# --------------------------------------------- third fault attack (issue 34), the cases of ../shared/faults/attack-3.md
 # N1: our rows and the authors' rows of one model, written in either order -------------------------------------------
 @pytest.mark.parametrize('authors_first', [True, False])
 def test_sources_stay_apart_in_every_aggregation(tmp_path, authors_first):

@@ -1,6 +1,6 @@
 """Compaction and the health of a store (`mlmclm.results.compaction`): a store path that does not exist is refused
-without creating anything, and a store may not take the name of another store's per-example scores file (third fault attack, issue 34: N24 and N6 of
-../shared/faults/attack-3.md)."""
+without creating anything, and a store may not take the name of another store's per-example scores file (the third
+fault attack, issue 34: N24 and N6 of ../shared/faults/attack-3.md)."""
 import pytest
 
 import mlmclm.results.compaction as comp

@@ -125,7 +125,7 @@ def test_a_new_sc_dataset_joins_the_sc_mean_only_when_the_task_table_says_so(mon
     assert not in_paper('qed') and in_paper('squad') and in_paper('rt_sentiment')       # the importer's flag
 
 
-# ---------------------------------------------------------------- issue 17 (data loss, silent wrong answers), items 2, 9 and 10
+# -------------------------------------------------------- issue 17 (data loss, silent wrong answers), items 2, 9 and 10
 def test_item2_import_only_adds_rows_and_keeps_the_mode(tmp_path, monkeypatch):
     write_fixture_tree(tmp_path/'E')
     store = tmp_path/'results.jsonl'

@@ -131,7 +131,7 @@ def test_protocol_cells_are_different_runs_and_paper_rows_keep_their_keys():
     assert len(unique_runs(df)) == 4
 
 
-# ---------------------------------------------------------------- run identity: imported rows, the precision asked (issue 27)
+# ---------------------------------------------------------- run identity: imported rows, the precision asked (issue 27)
 def test_our_run_of_a_checkpoint_the_authors_also_published_is_not_theirs(tmp_path):
     "Imported rows (source 'authors') never make our own run of the same name look done (issue 27 item 7)."
     store = tmp_path/'results.jsonl'
@@ -174,7 +174,7 @@ def test_item9_garbage_lines_in_a_store_are_skipped_with_file_and_line(tmp_path)
     assert 'line 5' in ' '.join(str(x.message) for x in w)
 
 
-# ---------------------------------------------------------------- third fault attack (issue 34), the cases of ../shared/faults/attack-3.md
+# --------------------------------------------- third fault attack (issue 34), the cases of ../shared/faults/attack-3.md
 # N4: rows of other settings
 def test_older_rows_get_the_settings_they_ran_with(tmp_path):
     "A store written before the options were recorded stays readable; its rows ran the earlier mlmclm choices."
