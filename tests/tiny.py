@@ -1,7 +1,30 @@
-"""Tiny fine-tuning settings and checkpoints that many tests share (the cheapest ones that still run the real code)."""
+"""Tiny pretraining and fine-tuning settings and checkpoints that many tests share (the cheapest ones that still run the
+real code)."""
+from pathlib import Path
+
 import torch
 
-from mlmclm.protocol.runs import FinetuneConfig
+from mlmclm.base.configs import build_config
+from mlmclm.base.files import read_jsonl
+from mlmclm.protocol.runs import FinetuneConfig, PretrainConfig
+
+TINY_PRETRAIN = dict(size='tiny', seq_len=32, batch_size=4, warmup_steps=1, decay_steps=1, data='embedded',
+                     progress=False, prefetch=0, log_every=1)   # schedule and steps are each test's own
+NEW_SETTINGS = dict(lr=1e-3, adam_beta2=0.5, weight_decay=0.5)   # a run's new optimizer settings (the attack's N2, N3)
+# 32 tokens a micro-batch: rare masks leave some empty (the third attack's N18)
+SMALL_BATCH_MLM = dict(schedule='mlm', total_steps=40, seq_len=16, batch_size=2, warmup_steps=1, decay_steps=1,
+                       checkpoint_steps='')
+
+
+def tiny_run_cfg(tmp, **kw):
+    "The third fault attack's $TINY run `a` in `tmp`: CLM, 4 steps, states at steps 1, 2 and 4."
+    values = {**TINY_PRETRAIN, 'schedule': 'clm', 'total_steps': 4, 'out_dir': str(tmp), 'run_id': 'a'}
+    return build_config(PretrainConfig, {**values, **kw})
+
+
+def metrics_of(folder) -> dict:
+    "A run's metrics rows by step."
+    return {r['step']: r for r in read_jsonl(Path(folder)/'metrics.jsonl')}
 
 
 def tiny_cfg(tmp_path, **kw):

@@ -1,15 +1,14 @@
-"""The benchmark's command line end to end: ours vs Hugging Face in one run, last line `ratio=...`, results on disk;
-what dynamo did per side; the smoke command of the first GPU run, at tiny sizes on a CPU."""
+"""The benchmark's command line (`mlmclm bench`, run by `mlmclm.bench.smoke`) end to end: ours vs Hugging Face in one
+run, last line `ratio=...`, results on disk; the smoke command of the first GPU run, at tiny sizes on a CPU, and
+the parts of the smoke that judge what they report."""
 import json
 import subprocess
 import sys
 
-import pytest
 import torch
 
 from mlmclm.base.files import project_root
-from mlmclm.bench.throughput import bench_config, bench_loss, make_batches
-from mlmclm.model.transformer import build_model
+from mlmclm.cli import COMMANDS
 
 SMALL = ['--size', 'tiny', '--batch-size', '2', '--seq-len', '32', '--steps', '1', '--reps', '2', '--warmup', '1']
 
@@ -50,20 +49,6 @@ def test_cli_refuses_bad_arguments(tmp_path):
     assert run.returncode == 2 and 'invalid choice' in run.stderr
 
 
-def test_chunked_loss_trains_like_the_plain_loss():
-    "Three AdamW steps with the chunked cross-entropy leave the same weights as with the trainer's loss."
-    cfg = bench_config('tiny')
-    batches = make_batches(cfg, 'mlm', batch_size=2, seq_len=48, n=3)
-    weights = []
-    for chunk in (0, 20):
-        torch.manual_seed(0); model = build_model(cfg)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        for b in batches:
-            bench_loss(model, b, sparse_head=True, ce_chunk=chunk).backward(); opt.step(); opt.zero_grad()
-        weights.append(model.state_dict())
-    assert max((weights[0][k] - weights[1][k]).abs().max().item() for k in weights[0]) < 1e-5
-
-
 def test_cli_finetune_against_the_trainer(tmp_path):
     "`--finetune` with a tiny model: the Trainer and our three sides run, report tokens, and end with the ratio."
     run = subprocess.run([sys.executable, '-m', 'mlmclm.bench.smoke', '--finetune', 'rt_sentiment', '--baseline', 'hf-trainer',
@@ -92,24 +77,6 @@ def test_cli_finetune_refuses_bad_combinations(tmp_path):
     assert run.returncode != 0 and "the Trainer baseline runs sequence classification tasks" in run.stderr
 
 
-@pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
-def test_sides_report_what_dynamo_did_and_an_eager_fallback():
-    "Past dynamo's recompile limit blocks run eager without an error: a side counts the hits, and they are reported."
-    import torch._dynamo
-    from mlmclm.bench.throughput import Side, time_sides
-    bs = make_batches(bench_config('tiny'), 'clm', 2, 32, n=2)
-    no_docs = [{**b, 'document_ids': None} for b in bs]
-    limit = torch._dynamo.config.recompile_limit
-    torch._dynamo.reset(); torch._dynamo.config.recompile_limit = 1
-    try:
-        sides = [Side('plain', build_model('tiny'), bench_loss, no_docs, 'cpu', compile='eager'),
-                 Side('docs', build_model('tiny'), bench_loss, bs, 'cpu', compile='eager')]   # a second graph: over the limit
-        t = time_sides(sides, steps=1, reps=1, warmup=1)
-    finally: torch._dynamo.config.recompile_limit = limit; torch._dynamo.reset()
-    assert t['plain']['dynamo']['compiled_frames'] == 1 and t['plain']['dynamo']['recompile_limit_hits'] == 0
-    assert t['docs']['dynamo']['recompile_limit_hits'] > 0
-
-
 def test_smoke_runs_every_gpu_path_at_tiny_sizes_on_cpu(tmp_path):
     run = subprocess.run([sys.executable, '-m', 'mlmclm.bench.smoke', 'smoke', '--device', 'cpu', '--out', str(tmp_path/'s.json')],
                          capture_output=True, text=True, cwd=project_root(), timeout=600)
@@ -119,3 +86,78 @@ def test_smoke_runs_every_gpu_path_at_tiny_sizes_on_cpu(tmp_path):
     assert report['parts']['finetune_packed']['host_syncs'] == {}
     assert report['parts']['fsdp2']['block_graph_calls'] == [2 * report['parts']['fsdp2']['layers']] * 2
     assert report['parts']['pretrain']['measured_peak_gib'] > 0 and report['attention']['backend'] == 'sdpa'
+
+
+# Issue 36 item 4, the benchmark split: `mlmclm bench` runs from `mlmclm.bench.smoke`.
+def test_the_bench_command_dispatches_to_the_room_above_the_three_it_runs():
+    import mlmclm.bench.smoke as run
+    from mlmclm import bench, bench_finetune
+    assert COMMANDS['bench'][0] == 'mlmclm.bench.smoke'
+    assert (run.benchmark, run.finetune_benchmark) == (bench.benchmark, bench_finetune.finetune_benchmark)
+    assert run._parser().prog == 'mlmclm bench'
+
+
+# ------------------------------------------- issue 33 item 12: the smoke judges what it reports (tiny sizes on the CPU)
+def _stub_parts(monkeypatch, **results):
+    import mlmclm.bench.smoke as bench
+    for name in ('_smoke_bench', '_smoke_pretrain', '_smoke_finetune', '_smoke_agreement', '_smoke_fsdp'):
+        monkeypatch.setattr(bench, name, results.get(name, lambda *a, **k: dict(ok=True)))
+    return bench
+
+
+def test_a_failing_part_keeps_its_traceback(tmp_path, monkeypatch):
+    def broken(*a, **k): raise ValueError('the kernel said no')
+    bench = _stub_parts(monkeypatch, _smoke_agreement=broken)
+    report = bench.smoke('cpu', tmp_path/'s.json')
+    part = json.loads((tmp_path/'s.json').read_text())['parts']['flash_vs_sdpa']
+    assert not report['ok'] and part['error'] == 'ValueError: the kernel said no'
+    assert 'Traceback (most recent call last)' in part['traceback'] and 'in broken' in part['traceback']
+
+
+def test_each_part_starts_after_a_collection(tmp_path, monkeypatch):
+    import weakref
+    class Cycle: pass
+    c = Cycle(); c.me = c; c.big = torch.zeros(1000); alive = weakref.ref(c); del c   # freed only by a cyclic GC
+    seen = []
+    bench = _stub_parts(monkeypatch, _smoke_bench=lambda *a, **k: seen.append(alive() is None) or dict(ok=True))
+    import gc
+    gc.disable()
+    try: bench.smoke('cpu', tmp_path/'s.json')
+    finally: gc.enable()
+    assert seen == [True]
+
+
+def test_graph_breaks_in_compiled_sides_fail_the_benchmark_part(monkeypatch):
+    import mlmclm.bench.smoke as bench
+    def fake(size, objective, *a, **k):
+        side = dict(side='ours', tokens_per_s=1.0, ratio=1.0, mfu=None, mfu_doc_lengths=None, peak_gib=None,
+                    compiled_frames=1, recompiles=0, recompile_limit_hits=0, graph_breaks=breaks)
+        return dict(sides=[side], options={}, eager_fallback=False, attention={})
+    monkeypatch.setattr(bench, 'benchmark', fake)
+    breaks = 0; assert bench._smoke_bench(torch.device('cpu'), 'tiny', 2, 32, 1)['ok']
+    breaks = 5; assert not bench._smoke_bench(torch.device('cpu'), 'tiny', 2, 32, 1)['ok']
+
+
+def test_the_pretraining_part_fails_on_a_recompile_and_on_memory_outside_the_band(tmp_path, monkeypatch):
+    import mlmclm.bench.smoke as bench
+    dev = torch.device('cpu')
+    good = bench._smoke_pretrain(dev, 'tiny', 2, 32, tmp_path/'a')
+    assert good['ok'] and good['checks'] == dict(steps=True, memory=True, graph_breaks=True, recompiles=True), good
+    assert 0.8 <= good['measured_over_estimate'] <= 1.3 and good['dynamo']['recompiles'] == 0
+    real = bench.pretrain
+    def recompiling(cfg):   # a run during which dynamo compiles a frame again (a guard failed)
+        f = torch.compile(lambda x: x + 1, backend='eager')
+        f(torch.ones(2)); f(torch.ones(2, dtype=torch.long))
+        return real(cfg)
+    class NoMeter:   # dynamo compiles nothing while a dispatch mode (the CPU's `MemoryMeter`) is active
+        peak = 0
+        def __enter__(self): return self
+        def __exit__(self, *exc): return False
+    with monkeypatch.context() as m:
+        m.setattr(bench, 'pretrain', recompiling); m.setattr(bench, 'MemoryMeter', NoMeter)
+        r = bench._smoke_pretrain(dev, 'tiny', 2, 32, tmp_path/'b')
+    assert not r['ok'] and r['checks']['recompiles'] is False and r['dynamo']['recompiles'] >= 1
+    fit = bench.fit_settings
+    monkeypatch.setattr(bench, 'fit_settings', lambda *a, **k: dict(fit(*a, **k), peak_gib=fit(*a, **k)['peak_gib'] * 2))
+    r = bench._smoke_pretrain(dev, 'tiny', 2, 32, tmp_path/'c')        # an estimate twice too high: measured/estimate ~0.6
+    assert not r['ok'] and r['checks']['memory'] is False and r['measured_over_estimate'] < 0.8

@@ -1,5 +1,7 @@
-"""The token store under real kills (its builder, and a biphasic run trained from it), FineWeb-Edu's layout built by two
-processes, and a branch at the switch (issue 13's done-when)."""
+"""The token store (`mlmclm.data.token_store`) under real kills (its builder, and a biphasic run trained from it),
+FineWeb-Edu's layout built by two processes, and a branch at the switch (issue 13's done-when); a manifest that
+disagrees with its shards, a saved tokenizer that disagrees with its manifest, and `--max-tokens` values that are not a
+whole number of tokens are refused."""
 import json
 import random
 import signal
@@ -10,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+import mlmclm.data.sources as data
+import mlmclm.data.token_store as token_store
 from mlmclm.base.files import project_root, read_json, read_jsonl
 from mlmclm.data.corpus import embedded_documents
 from mlmclm.data.tokenizers import load_tokenizer
@@ -248,3 +252,66 @@ def test_item14_a_build_killed_under_one_cap_and_resumed_under_a_smaller_one_sto
     else:
         assert again.returncode == 0, again.stderr[-2000:]
         assert read_json(tmp_path/'s'/'manifest.json')['n_tokens'] == 200_000
+
+
+# ---------------------------------------------------------------- clear errors (issue 34 item 10: N25)
+@pytest.mark.parametrize('value', ['1e400', '-1e400', 'inf', 'nan', '0', '2.5', 'abc'])
+def test_build_store_max_tokens_out_of_range_is_a_usage_error(value, capsys):
+    with pytest.raises(SystemExit) as e: token_store.main(['build-store', f'--max-tokens={value}'])
+    assert e.value.code == 2
+    assert f"argument --max-tokens: {value!r} is not a whole number of tokens >= 1" in capsys.readouterr().err
+
+
+def test_build_store_max_tokens_accepts_floats_that_are_whole():
+    args = token_store._cli().parse_args(['build-store', '--max-tokens', '1.3e11'])
+    assert args.max_tokens == 130_000_000_000 and type(args.max_tokens) is int
+
+
+# ------------------------------------- a store's saved tokenizer is checked against its manifest (issue 34 item 6: N12)
+def _swap_the_and(folder):
+    "N12's edit: the ids of 'Ġthe' and 'Ġand' swapped in the saved tokenizer.json."
+    p = folder/'tokenizer'/'tokenizer.json'
+    t = json.loads(p.read_text()); v = t['model']['vocab']
+    v['Ġthe'], v['Ġand'] = v['Ġand'], v['Ġthe']
+    p.write_text(json.dumps(t))
+    return p
+
+
+@pytest.fixture
+def store(tmp_path):
+    return token_store.build_store('embedded', tmp_path/'st', shard_tokens=20_000, max_tokens=60_000)
+
+
+def test_the_manifest_records_each_tokenizer_file(store):
+    files = read_json(store/'manifest.json')['tokenizer']['files']
+    assert files == token_store.tokenizer_files(store/'tokenizer') and 'tokenizer.json' in files
+
+
+def test_a_swapped_tokenizer_is_refused_at_open_on_growth_and_by_verify(store, capsys):
+    edited = _swap_the_and(store)
+    want = f'{edited} differs from the manifest'
+    with pytest.raises(token_store.StoreError, match=want): token_store.TokenStore(store)
+    with pytest.raises(token_store.StoreError, match=want): token_store.open_store(store, data.load_tokenizer('embedded'))
+    shards = read_json(store/'manifest.json')['shards']
+    with pytest.raises(token_store.StoreError, match=want):
+        token_store.build_store('embedded', store, shard_tokens=20_000, max_tokens=120_000)   # N12: grown with "and" for "the"
+    assert read_json(store/'manifest.json')['shards'] == shards   # nothing written
+    assert token_store.verify_store(store) == 1 and want in capsys.readouterr().out
+
+
+def test_an_extra_or_missing_tokenizer_file_is_named(store):
+    (store/'tokenizer'/'added_tokens.json').write_text('{"the": 5}')
+    with pytest.raises(token_store.StoreError, match=r'tokenizer/added_tokens.json is not in the manifest'): token_store.TokenStore(store)
+    (store/'tokenizer'/'added_tokens.json').unlink(); (store/'tokenizer'/'tokenizer_config.json').unlink()
+    with pytest.raises(token_store.StoreError, match=r'tokenizer/tokenizer_config.json is missing'): token_store.TokenStore(store)
+
+
+def test_an_older_manifest_stays_readable_and_is_checked_by_definition(store):
+    m = read_json(store/'manifest.json'); del m['tokenizer']['files']; atomic_write_json(store/'manifest.json', m)
+    assert len(token_store.TokenStore(store)) == 60_000                           # readable: the definition matches
+    token_store.build_store('embedded', store, shard_tokens=20_000, max_tokens=80_000)   # growing records the files from now on
+    assert read_json(store/'manifest.json')['tokenizer']['files'] == token_store.tokenizer_files(store/'tokenizer')
+    m = read_json(store/'manifest.json'); del m['tokenizer']['files']; atomic_write_json(store/'manifest.json', m)
+    _swap_the_and(store)
+    with pytest.raises(token_store.StoreError, match=r"tokenizer defines another tokenizer .* than the manifest's"):
+        token_store.TokenStore(store)

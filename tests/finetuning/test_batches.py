@@ -1,13 +1,14 @@
 """Packed fine-tuning computes what padded fine-tuning computes: per-example outputs and gradients for every head kind
 and pooling, attention confined to each example, token-budget micro-batches that accumulate the whole batch's
-gradient, and a gradient-cached retrieval loss equal to sentence-transformers' `CachedMultipleNegativesRankingLoss`."""
+gradient, and a gradient-cached retrieval loss equal to sentence-transformers' `CachedMultipleNegativesRankingLoss`;
+batches are collated one ahead of the step that takes them."""
 import dataclasses
 
 import pytest
 import torch
 
 from mlmclm.model.heads import POOLINGS, TaskModel
-from mlmclm.model.transformer import Transformer, build_model, layout_of
+from mlmclm.model.transformer import HostSyncs, Transformer, build_model, layout_of, reference_varlen
 from mlmclm.model.checkpoints import load, save
 from mlmclm.model.heads import IGNORE
 from mlmclm.finetuning.batches import (batch_backward, cached_infonce, collate_packed, collate_padded, head_loss,
@@ -155,3 +156,52 @@ def test_cached_infonce_matches_sentence_transformers(tmp_path):
     assert abs(loss.item() - their_loss.item()) <= 1e-5
     for name, p in ours.model.named_parameters():
         assert _rel(p.grad, theirs[name].grad) <= 1e-4, name
+
+
+# Issue 33 item 11: the training loop does not wait on the host.
+def test_staged_batches_are_the_collated_batches_one_ahead():
+    from mlmclm.finetuning.batches import staged
+    feats = [dict(input_ids=list(range(3, 3 + n)), label=n % 2) for n in (5, 9, 3, 7, 4)]
+    made = []
+    def batches():
+        for i in range(0, 5, 2):
+            made.append(i); yield collate_packed(feats[i:i + 2], 0)
+    got = []
+    for b in staged(batches(), 'cpu'):
+        got.append((len(made), b)) 
+    assert [n for n, _ in got] == [2, 3, 3]   # when batch k is handed out, batch k + 1 is already collated
+    for (_, b), i in zip(got, range(0, 5, 2)):
+        want = collate_packed(feats[i:i + 2], 0)
+        assert b.keys() == want.keys() and all(torch.equal(b[k], want[k]) if torch.is_tensor(want[k]) else b[k] == want[k]
+                                               for k in want)
+    assert list(staged(iter([]), 'cpu')) == []
+
+
+# ------------------------------------- the GPU path, checked on a CPU (issue 25): packed fine-tuning without host syncs
+def _packed(layers: int, lengths=(5, 9, 3, 7)):
+    torch.manual_seed(0)
+    model = TaskModel(build_model('tiny', vocab_size=97, attn_backend='flash', num_hidden_layers=layers), 'embedding')
+    feats = [dict(input_ids=torch.randint(3, 97, (n,)).tolist()) for n in lengths]
+    return model, collate_packed(feats, 0, budget=12, strategy='first-fit')   # rows of up to 12 tokens, padded
+
+
+def test_packed_fine_tuning_makes_no_host_sync():
+    "Before: a boolean gather and scatter in every layer (213 host syncs a forward + backward at 26 layers)."
+    for layers in (2, 8):
+        model, b = _packed(layers)
+        assert b['indices'] is not None                       # the rows are padded: there is something to unpad
+        with HostSyncs() as shipped:
+            model(b['input_ids'], b['attention_mask'], b['document_ids'], layout=layout_of(b)).sum().backward()
+        with HostSyncs() as on_device:
+            model(b['input_ids'], b['attention_mask'], b['document_ids']).sum().backward()
+        assert shipped.count == 0, dict(shipped.ops)
+        assert on_device.count <= 2, dict(on_device.ops)      # the layout worked out once per pass, not per layer
+
+
+def test_max_seqlen_is_the_longest_document_not_the_row():
+    model, b = _packed(2, lengths=(3, 3, 2, 3, 3))          # rows of 11 and 3 tokens
+    seen = []
+    def kernel(q, k, v, cu, max_len, causal): seen.append(max_len); return reference_varlen(q, k, v, cu, max_len, causal)
+    for block in model.model.layers: block.self_attn.varlen_impl = kernel
+    model.to(torch.bfloat16)(b['input_ids'], b['attention_mask'], b['document_ids'], layout=layout_of(b))   # kernels' dtype
+    assert b['input_ids'].shape[1] == 11 and seen == [3, 3] and all(isinstance(m, int) for m in seen)   # an int (symbolic when compiled)

@@ -143,8 +143,3 @@ def test_the_check_sees_a_comparison_and_a_stray_table(tmp_path):
 def test_each_earlier_option_branches_in_one_place(option):
     "Before: select_step in `_train` and `finetune_run`, tc_mode in `_eval_token` and the KINDS row's lambda."
     assert option_branches(PACKAGE, option) <= {OPTION_HOMES[option]}
-
-
-def test_the_benchmark_times_the_step_finetune_run_takes():
-    import mlmclm.bench.finetune_speed as bench
-    assert (bench.train_step, bench.run_model, bench.optimizer) == (ft.train_step, ft.run_model, ft.optimizer)

@@ -1,9 +1,18 @@
-"""The fine-tuning feature cache under attack (issue 27 items 5, 8, 9): a planted pickle, labels changed outside any
-sample, flipped bytes; and the format's exact round trip of every head kind's features."""
+"""The fine-tuning feature cache (`mlmclm.finetuning.features`) under attack (issue 27 items 5, 8, 9): a planted pickle,
+labels changed outside any sample, flipped bytes; the format's exact round trip of every head kind's features; entries
+that cannot be used (a compressed bomb, a lying header, a folder or a FIFO in their place, an oversized file) are logged
+misses (issue 34 item 9); the default cache is this user's alone (issue 34 item 11)."""
 import dataclasses
+import hashlib
+import io
+import json
+import os
 import pickle
 import random
+import warnings
+import zipfile
 
+import numpy as np
 import pytest
 import torch
 
@@ -126,3 +135,109 @@ def test_item9_a_flipped_byte_anywhere_is_named_in_a_warning_and_the_file_rebuil
         with pytest.warns(RuntimeWarning, match=path.name):
             assert enc.cached_features(tmp_path, key, encode) == fresh
     assert enc.cached_features(tmp_path, key, encode) == fresh and len(calls) == 4 + len(positions)
+
+
+# -------------------------------------- cache entries that cannot be used are logged misses (issue 34 item 9: N14, N16)
+KEY = dict(what='sequence', n=1)
+FEATS = [dict(input_ids=[1, 2, 3], label=1)]
+
+
+def _entry(folder):
+    enc.cached_features(folder, KEY, lambda: FEATS)
+    return next(folder.glob('sequence-*.features'))
+
+
+def _signed(key, n, layout, payload: bytes) -> bytes:
+    "A cache file with a valid checksum around `payload` (an npz), as a co-writer could plant it."
+    body = json.dumps(dict(key=key, n=n, layout=layout), sort_keys=True).encode() + b'\n' + payload
+    return enc.FEATURES_MAGIC + hashlib.sha256(body).hexdigest().encode() + b'\n' + body
+
+
+def _rebuilt(folder, contains):
+    calls = []
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter('always')
+        got = enc.cached_features(folder, KEY, lambda: calls.append(1) or FEATS)
+    assert got == FEATS and calls == [1]
+    msgs = [str(w.message) for w in seen]
+    assert any(contains in m for m in msgs), msgs
+    return msgs
+
+
+@pytest.fixture
+def no_allocation(monkeypatch):
+    "np.load in the cache is an allocation: the planted files below must be refused before it."
+    def refuse(*a, **k): raise AssertionError('np.load reached: the arrays would be allocated')
+    monkeypatch.setattr(enc.np, 'load', refuse)
+
+
+def test_a_compressed_bomb_with_a_valid_checksum_is_a_miss_before_any_allocation(tmp_path, no_allocation):
+    entry = _entry(tmp_path)
+    buf = io.BytesIO(); np.savez_compressed(buf, c0=np.zeros(2**31, np.int8)[:2**24])   # 2**24 stands in for 2**31
+    entry.write_bytes(_signed(KEY, 1, [['input_ids', 'ints', 'c0']], buf.getvalue()))
+    _rebuilt(tmp_path, f"{entry} holds a compressed member 'c0.npy'; it was removed and is rebuilt")
+
+
+def test_a_header_promising_more_than_the_member_holds_is_a_miss(tmp_path, no_allocation):
+    entry = _entry(tmp_path)
+    npy = io.BytesIO(); np.lib.format.write_array_header_1_0(npy, dict(descr='|i1', fortran_order=False, shape=(2**31,)))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, 'w', zipfile.ZIP_STORED) as z: z.writestr('c0.npy', npy.getvalue() + b'\0' * 16)
+    entry.write_bytes(_signed(KEY, 1, [['input_ids', 'ints', 'c0']], buf.getvalue()))
+    _rebuilt(tmp_path, "whose header ((2147483648,), int8) does not match")
+
+
+def test_memory_error_while_reading_is_a_miss(tmp_path, monkeypatch):
+    _entry(tmp_path)
+    def oom(*a, **k): raise MemoryError('Unable to allocate 2.00 GiB')
+    monkeypatch.setattr(enc, '_unpack', oom)
+    _rebuilt(tmp_path, 'cannot be read (MemoryError: Unable to allocate 2.00 GiB); it was removed and is rebuilt')
+
+
+def test_a_folder_in_place_of_a_cache_file_is_named_and_the_sweep_goes_on(tmp_path):
+    entry = _entry(tmp_path); entry.unlink(); entry.mkdir(); (entry/'x').write_text('kept')
+    for _ in range(2):   # every rerun too
+        _rebuilt(tmp_path, f'{entry} is not a regular file; it is a folder, left as it is; the features are not cached')
+    assert (entry/'x').read_text() == 'kept'
+
+
+def test_a_fifo_in_place_of_a_cache_file_does_not_hang(tmp_path):
+    entry = _entry(tmp_path); entry.unlink(); os.mkfifo(entry)
+    _rebuilt(tmp_path, f'{entry} is not a regular file; it was removed and is rebuilt')
+    assert entry.is_file() and enc.cached_features(tmp_path, KEY, lambda: 1 / 0) == FEATS
+
+
+def test_an_oversized_file_is_not_read(tmp_path, monkeypatch):
+    entry = _entry(tmp_path)
+    monkeypatch.setattr(enc, 'MAX_FEATURES_BYTES', 100)
+    monkeypatch.setattr(enc._read_regular, '__defaults__', (100,))
+    _rebuilt(tmp_path, f'{entry} holds {entry.stat().st_size:,} bytes, more than the 100 a cache file may')
+
+
+# ---------------------------------------------------------- the default feature cache is this user's (issue 34 item 11)
+def test_the_default_cache_is_a_per_user_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv('MLMCLM_FEATURE_CACHE', raising=False)
+    cfg = FinetuneConfig(results=str(tmp_path/'r.jsonl'))
+    assert enc.feature_cache_dir(cfg) == tmp_path/'features'/f'uid-{os.getuid()}'
+    assert enc.feature_cache_dir(FinetuneConfig(results=str(tmp_path/'r.jsonl'), feature_cache=str(tmp_path/'shared'))) \
+        == tmp_path/'shared'   # a folder given explicitly: as given
+
+
+def test_a_default_cache_folder_others_can_write_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.delenv('MLMCLM_FEATURE_CACHE', raising=False)
+    folder = tmp_path/'features'/f'uid-{os.getuid()}'; folder.mkdir(parents=True); folder.chmod(0o775)
+    with pytest.warns(RuntimeWarning, match='is writable by its group or others .mode 775.'):
+        assert enc.feature_cache_dir(FinetuneConfig(results=str(tmp_path/'r.jsonl'))) is None
+    folder.chmod(0o755)
+    assert enc.feature_cache_dir(FinetuneConfig(results=str(tmp_path/'r.jsonl'))) == folder
+
+
+def test_the_default_cache_folder_is_made_for_this_user_alone_whatever_the_umask(tmp_path, monkeypatch):
+    monkeypatch.delenv('MLMCLM_FEATURE_CACHE', raising=False)
+    old = os.umask(0o002)   # a group-sharing umask, common on clusters
+    try: folder = enc.feature_cache_dir(FinetuneConfig(results=str(tmp_path/'r.jsonl')), create=True)
+    finally: os.umask(old)
+    assert folder == tmp_path/'features'/f'uid-{os.getuid()}' and (folder.stat().st_mode & 0o777) == 0o700
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')   # used again without a warning
+        assert enc.feature_cache_dir(FinetuneConfig(results=str(tmp_path/'r.jsonl')), create=True) == folder

@@ -1,6 +1,8 @@
-"""Issue 37 item 5: every checkpoint folder carries a Hugging Face model card, whose loading snippet runs with plain
-transformers (no mlmclm on the path), and `mlmclm push` refuses what is not a checkpoint and says clearly when the
-hub cannot be reached."""
+"""Checkpoints (`mlmclm.model.checkpoints`): every checkpoint folder carries a Hugging Face model card, whose loading
+snippet runs with plain transformers (no mlmclm on the path), and `mlmclm push` refuses what is not a checkpoint and
+says clearly when the hub cannot be reached (issue 37 item 5); checkpoints honour the umask; loading a release whose
+shape differs from our preset warns."""
+import json
 import os
 import re
 import subprocess
@@ -8,11 +10,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from huggingface_hub import ModelCard
 
 from mlmclm.base.files import read_jsonl
 from mlmclm.pretraining.loop import pretrain
 from mlmclm.protocol.runs import pretrain_config
+from mlmclm.model.sizes import model_config
+from mlmclm.model.transformer import build_model
+
+from tiny import tiny_checkpoint
 
 PY = sys.executable
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,63 +106,43 @@ def test_the_snippets_model_is_the_bidirectional_model_also_for_a_clm_checkpoint
         assert not torch.allclose(theirs(ids).logits, ours(ids, is_causal=True).logits)
 
 
-# Issue 37 item 4: experiment trackers. MLflow's file store runs here with no server and no account (mlflow-skinny,
-# a dev requirement); MLflow 3 keeps it behind MLFLOW_ALLOW_FILE_STORE.
-
-@pytest.fixture
-def mlflow_store(tmp_path, monkeypatch):
-    store = tmp_path/'mlruns'
-    monkeypatch.setenv('MLFLOW_TRACKING_URI', store.as_uri())
-    monkeypatch.setenv('MLFLOW_ALLOW_FILE_STORE', 'true')
-    from mlflow.tracking import MlflowClient
-    return MlflowClient(store.as_uri())
+# ---------------------------------------------------------------- issue 17 (data loss, silent wrong answers), item 10
+@pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
+def test_item10_checkpoints_honour_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try: ck = tiny_checkpoint(tmp_path/'ck')
+    finally: os.umask(old)
+    assert (ck/'model.safetensors').stat().st_mode & 0o777 == 0o644
 
 
-def _logged(client, experiment: str) -> tuple[dict, dict]:
-    "The one run of `experiment`: each metric's (step, value) history, and its parameters."
-    exp = client.get_experiment_by_name(experiment)
-    run, = client.search_runs([exp.experiment_id])
-    history = {k: [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, k)] for k in run.data.metrics}
-    return history, run.data.params
+# ---------------------------------------------------------------- issue 33: a release is compared with our preset
+def _hub_release(cache, name: str, cfg=None, model=None) -> None:
+    "A hub cache holding `MLMvsCLM/<name>` as `snapshot_download` leaves it: refs/main and one snapshot."
+    from mlmclm.model.transformer import to_llama_config_dict
+    from mlmclm.model.checkpoints import save
+    repo = cache/f'models--MLMvsCLM--{name}'
+    snap = repo/'snapshots'/('0' * 40)
+    (repo/'refs').mkdir(parents=True); (repo/'refs'/'main').write_text('0' * 40)
+    snap.mkdir(parents=True)
+    if model is not None: save(model, snap)
+    else: (snap/'config.json').write_text(json.dumps(to_llama_config_dict(cfg)))
 
 
-def test_a_pretraining_run_logs_its_metrics_to_mlflow(tmp_path, mlflow_store):
-    cfg = pretrain_config(size='tiny', schedule='mlm', total_steps=3, seq_len=32, batch_size=4, warmup_steps=1,
-                          decay_steps=1, log_every=1, heldout_rows=4, heldout_every=3, progress=False, prefetch=0,
-                          out_dir=str(tmp_path), run_id='tracked', log_with='mlflow')
-    folder = pretrain(cfg)
-    rows = read_jsonl(folder/'metrics.jsonl')
-    history, params = _logged(mlflow_store, 'tracked')
-    assert history['loss'] == [(r['step'], pytest.approx(r['loss'])) for r in rows] and len(rows) == 3
-    assert history['heldout_loss'] == [(3, pytest.approx(rows[-1]['heldout_loss']))]
-    assert (params['schedule'], params['total_steps'], params['log_with']) == ('mlm', '3', 'mlflow')
-
-
-def test_a_finetuning_sweep_logs_each_runs_scores_to_mlflow(tmp_path, mlflow_store):
-    from mlmclm.finetuning.sweep import finetune_sweep
-    from mlmclm.results.store import load_results
-    from mlmclm.protocol.runs import finetune_config
-    cfg = finetune_config(tasks='rt_sentiment', lrs='1e-3', seeds='0,1', max_steps=1, batch_size=4, micro_batch_size=4,
-                          max_eval_examples=4, results=str(tmp_path/'results.jsonl'), progress=False, log_with='mlflow')
-    rows = load_results(finetune_sweep(cfg)).sort_values('seed')
-    history, params = _logged(mlflow_store, 'finetune-tiny-random')
-    assert history['rt_sentiment/val_score'] == [(i + 1, pytest.approx(v)) for i, v in enumerate(rows.val_score)]
-    assert history['seed'] == [(1, 0.0), (2, 1.0)] and params['tasks'] == 'rt_sentiment'
-
-
-def test_log_with_refuses_an_unknown_or_missing_tracker_and_reads_the_old_switch(capsys):
-    from mlmclm.base.configs import ConfigError
-    from mlmclm.pretraining.checks import check_pretrain_config
-    from mlmclm.protocol.runs import finetune_config
-    for build in (pretrain_config, finetune_config):
-        with pytest.raises(ConfigError, match="log_with='mlflow,tensorbord' names 'tensorbord', which is not a tracker "
-                                              "accelerate supports; allowed: tensorboard, wandb, mlflow, trackio"):
-            build(log_with='mlflow,tensorbord')
-    cfg = pretrain_config(tensorboard=True)   # an old config
-    assert cfg.log_with == 'tensorboard' and "read as log_with='tensorboard'" in capsys.readouterr().out
-    assert pretrain_config(tensorboard=False).log_with is None
-    pytest.importorskip('accelerate')
-    from accelerate.tracking import get_available_trackers
-    if 'tensorboard' not in {str(t) for t in get_available_trackers()}:
-        with pytest.raises(ConfigError, match="the package of tracker 'tensorboard' is not installed"):
-            check_pretrain_config(cfg)
+def test_loading_a_release_warns_where_its_shape_differs_from_our_preset(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+    from mlmclm.model.checkpoints import load
+    monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_CACHE', str(tmp_path))
+    monkeypatch.setattr(huggingface_hub.constants, 'HF_HUB_OFFLINE', True)
+    _hub_release(tmp_path, '1b-mlm40-42k', cfg=model_config('1.2b'))            # the config alone: the 1b's weights are 4 GB
+    with pytest.warns(UserWarning, match=r"differs from our '1b' preset .* in num_hidden_layers \(released 28, ours 26\), "
+                                         r"intermediate_size \(released 5120, ours 4096\)"):
+        with pytest.raises(FileNotFoundError, match='no \\*.safetensors'): load('MLMvsCLM/1b-mlm40-42k')
+    torch.manual_seed(0)
+    _hub_release(tmp_path, 'tiny-clm-1k', model=build_model('tiny', num_hidden_layers=2))
+    with pytest.warns(UserWarning, match=r"in num_hidden_layers \(released 2, ours 4\);"):
+        assert load('MLMvsCLM/tiny-clm-1k').config.num_hidden_layers == 2
+    _hub_release(tmp_path, 'tiny-mlm40-1k', model=build_model('tiny'))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        load('MLMvsCLM/tiny-mlm40-1k')                                             # the same shape: nothing to say

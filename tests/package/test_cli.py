@@ -1,6 +1,7 @@
 """The `mlmclm` console script: installed with the package, it hands each command's arguments, untouched, to the
 `main` of the module that runs it; `--help` and unknown commands answer before anything is imported. And the package
-installs cleanly: a built wheel holds every asset and the command, and the build prints no warning."""
+installs cleanly: a built wheel holds every asset and the command, and the build prints no warning. Commands answer
+`--help` and bad settings without a traceback."""
 import configparser
 import importlib
 import os
@@ -100,3 +101,35 @@ def test_an_editable_install_builds_without_warnings(tmp_path):
     wheel = zipfile.ZipFile(next((src/'out').glob('*.whl')))
     pth = [wheel.read(n).decode().strip() for n in wheel.namelist() if n.endswith('.pth')]
     assert pth == [str(src)], pth                                     # the package is imported from the sources
+
+
+# ---------------------------------- issue 39 item 5: command lines answer `--help` and bad settings without a traceback
+def _mlmclm(*args, timeout=120):
+    "Run the console script (this tree's code first on the path) and return the finished process."
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cmd = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, '-c', 'import sys; from mlmclm.cli import main; sys.exit(main())']
+    return subprocess.run(cmd + list(args), capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+
+
+def test_pretrain_help_exits_0_with_the_usage_on_stdout():
+    r = _mlmclm('pretrain', '--help')
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith('usage: python -m mlmclm.pretraining.loop') and 'schedule' in r.stdout
+
+
+def test_pretrain_without_a_subcommand_still_exits_2_with_the_usage_on_stderr():
+    r = _mlmclm('pretrain')
+    assert r.returncode == 2 and r.stderr.startswith('usage:') and not r.stdout
+
+
+def test_pretrain_run_with_a_bad_setting_prints_one_error_line_and_exits_2():
+    r = _mlmclm('pretrain', 'run', 'schedule=foo')
+    assert r.returncode == 2
+    assert 'Traceback' not in r.stderr and r.stderr.startswith("error: schedule='foo'"), r.stderr
+    r = _mlmclm('pretrain', 'run', 'total_steps')
+    assert r.returncode == 2 and r.stderr.startswith("error: 'total_steps' is not key=value"), r.stderr
+
+
+def test_bench_help_names_the_smoke_subcommand():
+    r = _mlmclm('bench', '--help')
+    assert r.returncode == 0 and 'smoke' in r.stdout and 'smoke --help' in r.stdout

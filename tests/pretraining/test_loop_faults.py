@@ -1,6 +1,6 @@
 """Pretraining under attack: crashes between renames, reused run ids, missing devices, bad inputs, SIGKILL at random
-points (issue 17 items 3, 5, 7-10 for pretraining; issue 15's pretraining fault cases). Each item's test is named
-after it and failed before its fix."""
+points (issue 17 items 3, 5, 7-10 for pretraining; issue 15's pretraining fault cases), two launchers of one run.
+Each item's test is named after it and failed before its fix."""
 import json
 import os
 import random
@@ -19,9 +19,12 @@ from mlmclm.protocol.paper import ADAMW
 from mlmclm.base.files import project_root, read_json, read_jsonl
 from mlmclm.model.transformer import build_model
 from mlmclm.model.checkpoints import check_checkpoint, load, save
-from mlmclm.protocol.runs import PretrainConfig
+from mlmclm.protocol.runs import PretrainConfig, PretrainRun, pretrain_config
 from mlmclm.pretraining.loop import pretrain
 from mlmclm.pretraining.checks import check_pretrain_config
+from mlmclm.base.claims import ClaimHeld
+
+from tiny import SMALL_BATCH_MLM, tiny_run_cfg
 
 ROOT = project_root()
 PY = sys.executable
@@ -362,3 +365,64 @@ def test_item6_a_state_without_checksums_resumes_once_sealed(stopped, straight, 
     _refused(tmp_path, 'seal-state')
     seal_state(run/'state')                                  # the owner vouches for it
     assert _same(straight, _weights(pretrain(_cfg(tmp_path, checkpoint_steps='2'))/'checkpoints'/'step-8'))
+
+
+# ---------------------------------------------------------------- one trainer per pretraining run (issue 27 item 16)
+SMALL = dict(size='tiny', schedule='clm', seq_len=32, batch_size=4, warmup_steps=1, decay_steps=2, progress=False,
+             prefetch=0, log_every=1)
+
+
+def test_a_run_another_launcher_holds_is_refused_before_any_work(tmp_path):
+    cfg = pretrain_config(**SMALL, total_steps=4, out_dir=str(tmp_path), run_id='r')
+    held = PretrainRun('r', tmp_path).try_claim()
+    with pytest.raises(ClaimHeld, match="run 'r' .* is being trained by"):
+        pretrain(cfg)
+    assert not (tmp_path/'r').exists()                                    # nothing was made
+    held.release()
+    pretrain(cfg)
+    assert PretrainRun('r', tmp_path).status() == 'done' and not PretrainRun('r', tmp_path).claim_path.exists()
+
+
+def test_two_launchers_of_one_run_train_it_once(tmp_path):
+    args = [f'{k}={v}' for k, v in dict(SMALL, total_steps=40, out_dir=tmp_path, run_id='same').items()]
+    procs = [subprocess.Popen([PY, '-m', 'mlmclm.pretraining.loop', 'run', *args], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) + (p.returncode,) for p in procs]
+    refused = [o for o in outs if o[2] != 0]
+    assert all('is being trained by' in o[1] for o in refused), [o[1][-2000:] for o in refused]
+    assert [m['step'] for m in read_jsonl(tmp_path/'same'/'metrics.jsonl')] == list(range(1, 41))   # each step once
+    assert PretrainRun('same', tmp_path).status() == 'done'
+
+
+# ------------------------------------ third fault attack (issue 34 item 10, N18): an empty micro-batch, a diverged step
+def test_n18_an_empty_micro_batch_is_named_and_no_state_is_promised(tmp_path, monkeypatch):
+    import mlmclm.pretraining.checks as session
+    monkeypatch.setattr(session, 'EMPTY_BATCHES_ALLOWED', float('inf'))         # past the config check, as before it
+    with pytest.raises(FloatingPointError) as err:
+        pretrain(tiny_run_cfg(tmp_path, mask_ratio=0.02, **SMALL_BATCH_MLM))
+    text = str(err.value)
+    assert 'has no masked token (2 rows x 16 tokens, mask_ratio=0.02), so its loss is 0/0' in text, text
+    assert 'no state was saved yet' in text and 'state is kept' not in text and 'fix lr/data' not in text, text
+    assert state_missing(tmp_path/'a')
+
+
+def state_missing(run: Path) -> bool:
+    return not (run/'state').exists()
+
+
+def test_n18_a_diverged_step_names_the_state_that_exists(tmp_path, monkeypatch):
+    import mlmclm.pretraining.loop as pt
+    calls, real = [], pt.lm_loss
+    def diverging(*args, **kw):
+        loss, n = real(*args, **kw); calls.append(1)
+        return (loss * float('nan') if len(calls) == 3 else loss), n
+    monkeypatch.setattr(pt, 'lm_loss', diverging)
+    with pytest.raises(FloatingPointError) as err:
+        pretrain(tiny_run_cfg(tmp_path, save_every=1, checkpoint_steps=''))
+    text = str(err.value)
+    assert 'non-finite loss nan at step 3 (clm): no micro-batch of this process was empty, so the training diverged' in text
+    assert f"the last good state is kept in {tmp_path/'a'/'state'}" in text and (tmp_path/'a'/'state').is_dir(), text
+    assert "on_config_change='resume_anyway' it goes on under the changed settings" in text, text
+    monkeypatch.undo()                                                       # the advice holds: it goes on at a lower lr
+    run = pretrain(tiny_run_cfg(tmp_path, save_every=1, checkpoint_steps='', lr=1e-3, on_config_change='resume_anyway'))
+    assert [(r['step'], r['lr']) for r in read_jsonl(run/'metrics.jsonl')][2:] == [(3, 1e-3), (4, 1e-3)]

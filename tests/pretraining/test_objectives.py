@@ -2,18 +2,22 @@
 with an objective's name; it reads the row (causal, masked, next token, head share, label). The one thing allowed is
 selecting runs by the results table's `kind` column (`df.kind == 'mlm'`): the paper's figures draw the paper's arms, and
 a run's kind is data, not a branch of the trainer. And the grammar is the table's: a row added at run time is a phase,
-a run name and a batch without another edit."""
+a run name and a batch without another edit. The batches and the loss (`mlmclm.pretraining.objectives`): a batch
+carries its documents' layout, MLM's masked positions come as indices, and the loss makes no host sync."""
 import ast
 from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from mlmclm import vocab
 from mlmclm.model.heads import IGNORE
-from mlmclm.pretraining.objectives import clm_labels, make_batch
+from mlmclm.pretraining.objectives import attention_span, clm_labels, lm_loss, make_batch
 from mlmclm.protocol.schedules import OBJECTIVES, Objective, Phase, parse_schedule
 from mlmclm.protocol.run_names import parse_run_name, run_name
+from mlmclm.model.sizes import flops_per_token, model_config
+from mlmclm.model.transformer import HostSyncs, build_model
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE_MODULE = 'vocab'
@@ -105,3 +109,78 @@ def test_mntp_labels_are_mlm_labels_one_position_earlier():
     at = mlm['labels'] != IGNORE
     assert torch.equal(mntp['labels'][:, :-1][at[:, 1:] & (docs[:, 1:] == docs[:, :-1])], ids[:, 1:][at[:, 1:] & (docs[:, 1:] == docs[:, :-1])])
     assert (mntp['labels'][:, 29] == IGNORE).all()   # a document's last token has no next token of its own
+
+
+# -------------------------------------------- the GPU path, checked on a CPU (issue 25): attention FLOPs, batch layouts
+@pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
+def test_attention_flops_from_the_real_document_lengths():
+    cfg = model_config('610m')
+    docs = torch.tensor([[0] * 1000 + [1] * 24, [2] * 100 + [3] * 924])
+    span = attention_span(docs)
+    assert span == pytest.approx((1000**2 + 24**2 + 100**2 + 924**2) / 2048)
+    conv, real = flops_per_token(cfg, 1024), flops_per_token(cfg, 1024, attn_len=span)
+    assert real < conv and conv - real == pytest.approx(12 * 26 * (1024 - span) * 18 * 64)
+
+
+@pytest.mark.usefixtures('one_thread')   # tiny models: one thread is faster (conftest.py)
+def test_pretraining_batches_carry_their_layout():
+    "`make_batch` ships the documents' offsets and longest length: the flash path needs no sync to find them."
+    from mlmclm.pretraining.objectives import make_batch
+    from mlmclm.protocol.schedules import Phase
+    docs = torch.tensor([[0] * 40 + [1] * 24, [2] * 10 + [3] * 54])
+    rows = dict(input_ids=torch.randint(3, 97, (2, 64)), document_ids=docs)
+    ids = dict(mask_token_id=2, vocab_size=97, special_ids=[0, 1, 2])
+    batch = make_batch(rows, Phase('clm', 1), ids, (1.0, 0.0, 0.0), seed=0, first_row=0)
+    assert batch['cu_seqlens'].tolist() == [0, 40, 64, 74, 128] and batch['max_seqlen'] == 54
+    model = build_model('tiny', vocab_size=97, attn_backend='flash', num_hidden_layers=2)
+    seen = []
+    def kernel(q, k, v, cu, max_len, causal): seen.append((cu.tolist(), max_len)); return q
+    for block in model.model.layers: block.self_attn.varlen_impl = kernel
+    with HostSyncs() as s: lm_loss(model.to(torch.bfloat16), batch)
+    assert seen == [([0, 40, 64, 74, 128], 54)] * 2 and s.count == 0, dict(s.ops)
+
+
+# -------------------------------------------- issue 33 item 9: MLM's masked positions as indices from the CPU data path
+def _mlm_batch(B=2, T=16, V=50):
+    rows = dict(input_ids=torch.randint(3, V, (B, T), generator=torch.Generator().manual_seed(0)),
+                document_ids=torch.tensor([[0] * (T // 2) + [1] * (T - T // 2)] * B))
+    info = dict(mask_token_id=2, vocab_size=V, special_ids=[0, 1, 2])
+    return make_batch(rows, Phase('mlm', 1, 0.4), info, (1.0, 0.0, 0.0), seed=0, first_row=0)
+
+
+def _boolean_loss(model, batch, ce_chunk=0):
+    "The sparse MLM loss as it was: boolean indexing of the masked positions (forward and backward)."
+    labels = batch['labels']; sel = labels != IGNORE
+    kw = dict(is_causal=False, document_ids=batch['document_ids'])
+    if ce_chunk:
+        from mlmclm.model.heads import chunked_cross_entropy
+        h = model(batch['input_ids'], head=False, **kw).hidden_states
+        return chunked_cross_entropy(h[sel], model.lm_head.weight, labels[sel], ce_chunk)
+    return F.cross_entropy(model(batch['input_ids'], logits_mask=sel, **kw).logits.float(), labels[sel])
+
+
+@pytest.mark.parametrize('ce_chunk', [0, 5])
+def test_mlm_makes_no_host_sync_and_is_bit_identical(ce_chunk):
+    "Before: 3 host syncs a micro-batch (the boolean gather of the hidden states and the labels, its scatter in backward)."
+    batch = _mlm_batch()
+    assert batch['masked_positions'].dtype == torch.long
+    assert torch.equal(batch['masked_positions'], (batch['labels'].flatten() != IGNORE).nonzero().flatten())
+    model = build_model('tiny', vocab_size=50)
+    def run(loss_fn):
+        model.zero_grad(set_to_none=True)
+        loss = loss_fn(); loss.backward()
+        return loss.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+    with HostSyncs() as s:
+        loss, grads = run(lambda: lm_loss(model, batch, ce_chunk=ce_chunk)[0])
+    with HostSyncs() as old:
+        ref_loss, ref_grads = run(lambda: _boolean_loss(model, batch, ce_chunk))
+    assert s.count == 0, dict(s.ops)
+    assert old.count == 3, dict(old.ops)                                    # what it was
+    assert torch.equal(loss, ref_loss) and all(torch.equal(grads[k], ref_grads[k]) for k in grads)
+
+
+def test_a_hand_made_mlm_batch_still_works_with_one_sync():
+    batch = {k: v for k, v in _mlm_batch().items() if k != 'masked_positions'}
+    model = build_model('tiny', vocab_size=50)
+    with HostSyncs() as s: loss, n = lm_loss(model, batch)
+    assert s.count == 1 and torch.equal(loss, _boolean_loss(model, batch)) and int(n) == int((batch['labels'] != IGNORE).sum())

@@ -1,8 +1,7 @@
 """Issue 37 item 2: phases that mix objectives per micro-batch (GPT-BERT, arXiv 2410.24159) and mask ratios that move
-through a phase (mmBERT, arXiv 2509.06888): the spelling, the draws and their statistics, the trainer (resumed
-mid-phase bit-identically), and the pricing of the planner."""
+through a phase (mmBERT, arXiv 2509.06888): the spelling, the draws and their statistics, and the trainer (resumed
+mid-phase bit-identically); the planner's pricing of them is tested in tests/study/test_plan.py."""
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,7 @@ from mlmclm.pretraining.objectives import make_batch
 from mlmclm.protocol.runs import PretrainConfig
 from mlmclm.pretraining.loop import pretrain, step_batches
 from mlmclm.pretraining.checks import check_pretrain_config
-from mlmclm.model.sizes import flops_per_token, memory_estimate, model_config, phase_flops_per_token
-from mlmclm.study.plan import Costs, build_plan, run_flops
-from mlmclm.study.commands import describe
+from mlmclm.model.sizes import flops_per_token, model_config
 from mlmclm.protocol.schedules import OBJECTIVES, Component, Phase, drawn_phase, parse_schedule
 from mlmclm.protocol.run_names import RunName, describe_checkpoint, parse_run_name, run_name
 
@@ -186,26 +183,3 @@ def test_a_moving_ratio_too_low_for_the_batch_is_refused_before_training(tmp_pat
     cfg = _cfg(tmp_path, schedule='clm:2,50clm+50mlm30to1:40', total_steps=42, seq_len=8, global_batch=4)
     with pytest.raises(ConfigError, match=r'mask_ratio=0.01 \(50clm\+50mlm30to1, 40 steps\)'): check_pretrain_config(cfg)
     check_pretrain_config(_cfg(tmp_path, schedule='clm:2,50clm+50mlm30to10:40', total_steps=42, seq_len=32))
-
-
-# ---------------------------------------------------------------- the planner
-def test_the_planner_prices_mixed_and_moving_runs():
-    plan = build_plan('unit', {'X': ['610m-clm-10k-50clm+50mlm40-42k', '610m-mlm30to10-42k']}, ('sst2',), ('sst2',),
-                      lrs=(1e-4,), seeds=(0,))
-    costs = Costs()
-    clm, mlm40, mlm20 = (flops_per_token(model_config('610m'), costs.seq_len, o, r)
-                         for o, r in (('clm', 0.4), ('mlm', 0.4), ('mlm', 0.2)))
-    mixed, moving = plan.runs['610m-clm-10k-50clm+50mlm40-42k'], plan.runs['610m-mlm30to10-42k']
-    assert run_flops(plan, mixed, costs) == pytest.approx(costs.tokens_per_step * (10000 * clm + 32000 * (clm + mlm40) / 2))
-    assert run_flops(plan, moving, costs) == pytest.approx(costs.tokens_per_step * 42000 * mlm20)
-    assert phase_flops_per_token('610m', costs.seq_len, Phase('mlm30to10', 42000)) == pytest.approx(mlm20)
-    text = describe(plan, costs, memory=True)
-    assert re.search(r'pretraining runs +2\n', text) and '610m  estimated peak' in text
-    worst = memory_estimate('610m', 'ddp', 8, objective='50clm+50mlm40', grad_accum=24)
-    assert worst['peak_gib'] == memory_estimate('610m', 'ddp', 8, objective='clm', grad_accum=24)['peak_gib']
-
-
-def test_the_planner_shares_no_steps_between_moving_ratios_of_different_lengths():
-    from mlmclm.study.plan import branch_step
-    assert branch_step(parse_run_name('610m-50clm+50mlm40-22k'), parse_run_name('610m-50clm+50mlm40-42k'), 2000, 2000) == 20000
-    assert branch_step(parse_run_name('610m-mlm30to5-22k'), parse_run_name('610m-mlm30to5-42k'), 2000, 2000) == 0

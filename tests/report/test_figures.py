@@ -1,6 +1,7 @@
 """Figures and tables draw exactly the runs they should: a synthetic score grid in which every (checkpoint, family)
 has its own known score, read back from the drawn artists and the written tables. Plus the committed demo results
-re-render into every figure and table, byte-stably.
+re-render into every figure and table, byte-stably, and a checkpoint of your own run is described by its recorded
+config, in its own steps.
 
 The committed demo's tables are read from `tests/fixtures/demo/` (a copy of `figures/demo/results.csv` and `cpt_loss.csv`),
 never from `figures/demo/`: `bash .ci/demo` rewrites that folder, and the tests must pass before and after it. After
@@ -21,13 +22,15 @@ from matplotlib.container import BarContainer
 import mlmclm.report.figures as figures
 import mlmclm.report.render as render
 from mlmclm.base.files import project_root
-from mlmclm.report.figures import paper_flops_per_step
+from mlmclm.report.figures import checkpoint_meta, paper_flops_per_step
 from mlmclm.results.paper_runs import reported_scores
 from mlmclm.report.render import FIGURES, main, render_all, study_scores
 from mlmclm.results.store import read_results, tidy_results
 from mlmclm.report.tables import protocol_gaps
 from mlmclm.protocol.paper import (BUDGETS, E3_STEPS, FAMILIES, PAPER_DATASETS, RATIOS, SIZES, paper_checkpoints,
                                    paper_experiments)
+
+from result_rows import OWN, own_rows
 
 DEMO = project_root()/'figures'/'demo'                  # the demo writes here (figures and tables; a rerun rewrites them)
 REFERENCE = Path(__file__).parents[1]/'fixtures'/'demo'          # the committed demo's tables, which no demo run overwrites
@@ -495,3 +498,18 @@ def test_the_notebooks_figure_2_is_drawn_large_enough_to_read():
     shown = pngs[0].get('metadata', {}).get('image/png', {}).get('width')
     width = shown or int.from_bytes(base64.b64decode(pngs[0]['data']['image/png'])[16:20], 'big')
     assert width >= 800, width
+
+
+# ---------------------------------------------------------- issue 39 item 1: your own runs described in their own units
+def test_an_own_run_is_described_by_its_recorded_config_in_its_own_steps(tmp_path):
+    rows = pd.DataFrame(own_rows() + own_rows(name='tiny-clm0.25-mlm-336-1a2b3c-step-84', step=84))
+    meta = checkpoint_meta(rows.checkpoint_name, rows).set_index('checkpoint')
+    final, early = meta.loc[OWN], meta.loc['tiny-clm0.25-mlm-336-1a2b3c-step-84']
+    assert (final['size'], final.kind, final.units, final.budget, final.clm_steps) == ('tiny', 'biphasic', 'own', 336, 84)
+    assert final.clm_share == 0.25 and final.mask_ratio == 0.4 and not final.intermediate   # 25%, not the paper's 10/42
+    assert final.condition == 'clm-84-mlm40-336' and final.label == 'tiny-clm-84-mlm40-336'
+    assert early.intermediate and early.step == 84 and early.label == 'tiny-clm-84-mlm40-336 @84'
+    released = checkpoint_meta(['610m-clm-10k-mlm40-42k']).iloc[0]
+    assert released.units == 'paper' and np.isclose(released.clm_share, 10 / 42)
+    with pytest.raises(ValueError, match="'mystery' is not a released name"):
+        checkpoint_meta(['mystery'], rows)

@@ -1,24 +1,33 @@
 """Importing the authors' published runs: fixture tree -> results store -> paper-scale figures and the comparison;
-the authors' own SC runs of the 610m models reproduce the paper's printed scores; the published model list is ours."""
+the authors' own SC runs of the 610m models reproduce the paper's printed scores; the published model list is ours;
+which datasets count in a family's mean; an import only adds rows and refuses scores and names it cannot trust."""
+import dataclasses
 import json
+import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from mlmclm.base.files import project_root
+import mlmclm.results.paper_runs as pr
+from mlmclm.base.files import append_jsonl, project_root
 from mlmclm.report.render import render_all
 from mlmclm.results.store import load_results
-from mlmclm.results.paper_runs import compare_with_paper, import_tree, reported_scores
+from mlmclm.results.paper_runs import compare_with_paper, import_tree, in_paper, paper_rows, reported_scores
 from fake_encodeval import write_fixture_tree
+from result_rows import row
 from mlmclm.results.aggregation import DEFAULT_SELECTION, family_scores
 from mlmclm.protocol.paper import paper_checkpoints, paper_run_names
 from mlmclm.protocol.run_names import parse_run_name, run_name
 from mlmclm.study.plan import paper_plan
+from mlmclm import task_data, tasks
+
+ROOT = project_root()
 
 
 def test_every_released_name_round_trips():
@@ -98,3 +107,68 @@ def test_authors_runs_reproduce_the_printed_sc_scores(tmp_path):
     assert sc['610m-clm-42k'] == pytest.approx(83.58, abs=0.01)
     mean = family_scores(load_results(store), 'mean').set_index('checkpoint').score * 100
     assert abs(mean['610m-mlm40-42k'] - 87.00) > 0.05                               # the seed-mean rule does not
+
+
+# ---------------------------------------------------------------- which datasets count in a family mean
+# Issue 36 item 1: whether a dataset counts in its family's mean comes from the task table only.
+def _rows(datasets):
+    return pd.DataFrame([dict(checkpoint_name='610m-mlm40-42k', dataset=d, family='SC', lr=1e-4, seed=s, val_score=.5,
+                              test_score=score) for d, score in datasets for s in range(3)])
+
+
+def test_a_new_sc_dataset_joins_the_sc_mean_only_when_the_task_table_says_so(monkeypatch):
+    rows = _rows([('sst2', .8), ('my_sc', .2)])
+    monkeypatch.setitem(tasks.TASKS, 'my_sc', tasks.Task('my_sc', 'SC', 'sequence', task_data.embedded_sentiment))
+    assert family_scores(paper_rows(rows)).score.tolist() == pytest.approx([.8])       # registered, not in_paper
+    monkeypatch.setitem(tasks.TASKS, 'my_sc', dataclasses.replace(tasks.TASKS['my_sc'], in_paper=True))
+    assert family_scores(paper_rows(rows)).score.tolist() == pytest.approx([.5])       # now it counts
+    assert not in_paper('qed') and in_paper('squad') and in_paper('rt_sentiment')       # the importer's flag
+
+
+# -------------------------------------------------------- issue 17 (data loss, silent wrong answers), items 2, 9 and 10
+def test_item2_import_only_adds_rows_and_keeps_the_mode(tmp_path, monkeypatch):
+    write_fixture_tree(tmp_path/'E')
+    store = tmp_path/'results.jsonl'
+    append_jsonl(store, row(ck='ours-before'))
+    with open(store, 'a') as fh: fh.write('this line is not JSON\n')
+    os.chmod(store, 0o664)
+    real, calls = pr.read_result_file, []
+    def appender_runs_meanwhile(path):                          # a fine-tuning job appends while the import reads
+        calls.append(1)
+        if len(calls) == 5: append_jsonl(store, row(ck='ours-during'))
+        return real(path)
+    monkeypatch.setattr(pr, 'read_result_file', appender_runs_meanwhile)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        pr.import_tree(tmp_path/'E', store, progress=False)
+        res = load_results(store)
+    assert {'ours-before', 'ours-during'} <= set(res.checkpoint_name)
+    assert (res.source == 'authors').sum() == 48
+    assert 'this line is not JSON' in store.read_text()        # never deleted for good
+    assert store.stat().st_mode & 0o777 == 0o664
+
+
+def test_item9_empty_import_tree_says_so(tmp_path):
+    (tmp_path/'results').mkdir()
+    out = subprocess.run([sys.executable, '-m', 'mlmclm.results.paper_runs', 'import', str(tmp_path), '--results',
+                          str(tmp_path/'r.jsonl')], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode != 0
+    assert f'no results.json found under {tmp_path/"results"}' in out.stdout + out.stderr
+    assert 'Traceback' not in out.stderr
+
+
+@pytest.mark.parametrize('test_part, reason', [('{"score": true}', 'true'), ('{"score": "0.7"}', "'0.7'")])
+def test_item10_importer_refuses_bool_and_string_scores(tmp_path, test_part, reason):
+    run = tmp_path/'results'/'610m-clm-42k'/'SC'/'sst2'/'lr1e-04_sd0'; run.mkdir(parents=True)
+    (run/'results.json').write_text(f'{{"validation": {{"score": 0.5}}, "test": {test_part}}}')
+    report = pr.import_tree(tmp_path, tmp_path/'r.jsonl', progress=False)
+    assert report['imported'] == 0 and len(report['skipped']) == 1
+    assert reason in report['skipped'][0]['reason'] and 'sst2' in report['skipped'][0]['path']
+
+
+def test_item10_importer_refuses_unknown_dataset_names(tmp_path):
+    run = tmp_path/'results'/'610m-clm-42k'/'SC'/'SST2'/'lr1e-04_sd0'; run.mkdir(parents=True)
+    (run/'results.json').write_text('{"validation": {"score": 0.5}, "test": {"score": 0.5}}')
+    report = pr.import_tree(tmp_path, tmp_path/'r.jsonl', progress=False)
+    assert report['imported'] == 0
+    assert "'SST2'" in report['skipped'][0]['reason'] and 'sst2' in report['skipped'][0]['reason']

@@ -1,14 +1,17 @@
 """Fault injection on the results store (issue 15): SIGKILL of a fine-tuning sweep and of an import mid-way, concurrent
 sweeps and writers on one store, a compaction killed or racing writers, writes failing with ENOSPC / EIO / EFBIG, and
 bad inputs to fine-tuning, import and figures. After every fault: no row lost, none duplicated, nothing finished
-redone. Pretraining's faults are in tests/test_pretrain*.py.
+redone. Pretraining's faults are in tests/pretraining/test_loop_faults.py.
 
 The second attack (issue 27, at the end): per-example scores kept by compaction, a compaction frozen past its lease,
 rows appended to the main file by an earlier release's writer, keys beginning with '_', forced re-runs on a host
 whose clock is off, a symlinked store, duplicates counted as seeds, rows that do not count toward the paper's
 families (issue 26), and what used to crash: a numeric `written_at`, a dangling symlink or a non-UTF-8 name among
 the shards, a claim whose `lease_s` is not a number, the claims folder removed under running workers, a run folder
-the store would refuse (`lr0_sd0`)."""
+the store would refuse (`lr0_sd0`).
+
+The third attack (issue 34, last): a FIFO, a link to /dev/zero or a huge file among the shards or claims never
+hangs or eats a reader."""
 import errno
 import json
 import os
@@ -32,6 +35,8 @@ import mlmclm.finetuning.sweep as sw
 from mlmclm.protocol.runs import FinetuneConfig
 import mlmclm.results.paper_runs as pr
 from fake_encodeval import write_fixture_tree
+from result_rows import row, store_with_rows
+from waiting import finishes
 import mlmclm.results.store as res
 import mlmclm.results.compaction as comp
 import mlmclm.results.aggregation as aggr
@@ -40,6 +45,8 @@ from mlmclm.base.files import WriteError, project_root
 from mlmclm.results.store import load_results, read_rows
 from mlmclm.protocol.runs import run_key
 from mlmclm.protocol.runs import FinetuneRun, claim_work, work_claim_path
+from mlmclm import core
+from mlmclm.base.claims import try_claim
 
 ROOT = project_root()
 ENV = dict(os.environ, HF_HUB_OFFLINE='1', HF_DATASETS_OFFLINE='1', MPLBACKEND='Agg', TOKENIZERS_PARALLELISM='false',
@@ -396,10 +403,6 @@ def test_a_reader_whose_listing_a_compaction_overtook_reads_again_and_misses_not
 
 
 # ================================================================ second fault attack (issue 27)
-def row(ck='m', ds='sst2', lr=1e-4, seed=0, val=.8, test=.7, family='SC', **kw):
-    return dict(checkpoint_name=ck, dataset=ds, family=family, lr=lr, seed=seed, val_score=val, test_score=test, **kw)
-
-
 def quietly(f, *a, **k):
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
@@ -703,3 +706,46 @@ def test_rows_outside_the_papers_families_count_in_no_aggregation(tmp_path):
     assert res.tidy_results(every).in_paper.eq(False).sum() == 6   # the tidy table keeps the flag for the figures
     tidy = tmp_path/'results.csv'; res.tidy_results(every).to_csv(tidy, index=False)
     pd.testing.assert_frame_equal(aggr.family_scores(res.read_results(tidy)), aggr.family_scores(paper))
+
+
+# ================================================================ third fault attack (issue 34)
+# N7, N8, N15: FIFOs, /dev/zero and huge files among the shards and claims --------------------------------------------
+def test_a_fifo_among_the_shards_blocks_no_reader(tmp_path):
+    store = store_with_rows(tmp_path)
+    fifo = res.shard_dir(store)/'zz.jsonl'
+    os.mkfifo(fifo)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        assert len(finishes(lambda: res.load_results(store))) == 2
+    assert any('zz.jsonl' in str(m.message) and 'a named pipe (FIFO), not a regular file' in str(m.message) for m in w)
+    health = finishes(lambda: comp.store_health(store))
+    assert health['unreadable'] == {str(fifo): 1} and health['runs'] == 2
+    assert finishes(lambda: res.missing(store, [FinetuneRun('610m-clm-42k', 'sst2', ('sst2',), 1e-5, 0)], warn=False)) == []
+    finishes(lambda: comp.compact(store, abandoned_after_s=0))
+    assert fifo.exists() and len(res.read_rows(store, warn=False)) == 2   # left in place, named; the rows merged
+
+
+def test_a_shard_linked_to_dev_zero_or_too_large_is_named_not_read(tmp_path):
+    store = store_with_rows(tmp_path)
+    d = res.shard_dir(store)
+    (d/'zero.jsonl').symlink_to('/dev/zero')
+    huge = d/'huge.jsonl'
+    with open(huge, 'wb') as f: f.truncate(core.SHARED_MAX_BYTES + 1)   # sparse: nothing is written
+    problems = finishes(lambda: res.scan_store(store))[1]
+    assert problems[d/'zero.jsonl'] == ['the whole file: a character device, not a regular file']
+    assert 'more than the 4,294,967,296 allowed' in problems[huge][0]
+    assert len(res.load_results(store)) == 2
+
+
+def test_a_fifo_in_place_of_a_claim_blocks_nothing(tmp_path):
+    store = store_with_rows(tmp_path)
+    run = FinetuneRun('610m-clm-42k', 'sst2', ('sst2',), 1e-3, 0)
+    claim = work_claim_path(store, run.work)
+    claim.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(claim)
+    assert finishes(lambda: comp.store_health(store))['claims'] == {'running': 1}   # aged by its mtime, as any claim
+    assert finishes(lambda: try_claim(claim, lease_s=60)) is None
+    time.sleep(0.05)
+    held = finishes(lambda: try_claim(claim, lease_s=0.01))                     # past its lease: taken over
+    assert held is not None and claim.is_file()
+    held.release()

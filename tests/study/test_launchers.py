@@ -1,9 +1,13 @@
 """One launcher path (issue 26): the launcher notebooks' parameters are their configs' fields, every parameter reaches
 the config whatever the notebook's other cells assign, papermill runs only the Run section, run keys agree between
-the sweep, the local launcher, the Slurm array and `study status`, and one pretraining run has one trainer."""
+the sweep, the local launcher, the Slurm array and `study status`, and one pretraining run has one trainer: a child
+run whose parent another worker trains is skipped for now, its notebook parameters computed once; a study resumes
+without redoing work, each fine-tuning worker sees its own GPU, and a pretraining job's sbatch file says its nodes,
+GPUs, time, partition, requeue and signal."""
 import ast
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import time
@@ -18,10 +22,13 @@ import mlmclm.study.launchers as launchers
 import mlmclm.study.plan as study
 from mlmclm.base.configs import ConfigError, notebook_config
 from mlmclm.base.files import project_root, read_json, read_jsonl
-from mlmclm.results.store import StoreWriter
+from mlmclm.results.store import StoreWriter, read_rows
 from mlmclm.protocol.runs import (FinetuneConfig, PretrainConfig, finetune_config, finetune_grid, finetune_preset,
-                                  finetune_runs, pretrain_preset)
+                                  finetune_runs, grad_accum, pretrain_config, pretrain_preset)
 from mlmclm.protocol.finetuning import PROTOCOL_AXES
+from mlmclm.protocol.runs import PretrainRun
+from mlmclm.study.launchers import _parent_in_other_hands, launch, pretrain_job_specs
+from mlmclm.study.plan import build_plan, paper_plan, pretrain_params, select
 
 ROOT = project_root()
 PY = sys.executable
@@ -109,7 +116,7 @@ PRETRAIN_VALUES = dict(schedule='biphasic', clm_steps=3, total_steps=6, mask_rat
                        trust_state_from='any')
 # left at their defaults here, each for a reason (the test above passes every one of them): a larger model or
 # sharding is minutes of CPU, init_from/resume_from need a run first, clm_fraction excludes clm_steps, compile is
-# slow on a CPU, log_with has its own test (tests/model/test_checkpoints.py), store_dir would tokenize the corpus again, and
+# slow on a CPU, log_with has its own test (tests/base/test_trackers.py), store_dir would tokenize the corpus again, and
 # save=False would leave no checkpoint for the fine-tuning test below
 NOT_PASSED = {'size', 'init_from', 'resume_from', 'clm_fraction', 'fsdp', 'compile', 'log_with', 'store_dir', 'out_dir',
               'save'}
@@ -241,3 +248,111 @@ def test_a_finished_protocol_ablation_is_finished_for_every_launcher(tmp_path, m
     monkeypatch.setattr(sw, 'base_model', lambda cfg: pytest.fail('the sweep trained a finished run'))
     for e in plan.evals:                                                                        # the sweep itself
         sw.finetune_sweep(finetune_config(**launchers.finetune_params(plan, e, tmp_path), progress=False))
+
+
+# ---------------------------------------------------------------- a child run whose parent another worker trains
+# Issue 34 item 10 (attack 3, N13): a second launcher on one study root, while a parent run trains in another worker,
+# skips the child whose start checkpoint does not exist yet instead of dying in its notebook.
+def _branching_plan():
+    # tiny-clm-10k-mlm40-42k branches from tiny-clm-42k's full state at (scaled) step 10k
+    return build_plan('unit', {'E1': ['tiny-clm-42k'], 'E3': ['tiny-clm-10k-mlm40-42k']}, ('rt_sentiment',), ('rt_sentiment',),
+                      lrs=(1e-3,), seeds=(0,), step_scale=1 / 2000, pretrain_preset='demo', finetune_preset='demo',
+                      pretrain_overrides=dict(seq_len=32, batch_size=4, lr=2e-3, data='embedded', log_every=5))
+
+
+def test_a_child_whose_parent_another_worker_trains_is_skipped_not_crashed(tmp_path):
+    plan = _branching_plan()
+    child = plan.runs['tiny-clm-10k-mlm40-42k']
+    assert child.parent == 'tiny-clm-42k' and child.branch_from
+    assert _parent_in_other_hands(child, tmp_path, pretrain_params(plan, child, tmp_path)) is None          # nobody holds the parent: nothing to wait for
+    held = PretrainRun('tiny-clm-42k', tmp_path).try_claim()             # a live worker trains the parent, no checkpoint yet
+    assert held is not None
+    try:
+        assert _parent_in_other_hands(child, tmp_path, pretrain_params(plan, child, tmp_path)) == 'tiny-clm-42k'
+        with pytest.warns(UserWarning, match='tiny-clm-10k-mlm40-42k: skipped for now: it starts from a checkpoint of tiny-clm-42k'):
+            launch(plan, tmp_path, stages=('pretrain',), progress=False)   # before the fix: PapermillExecutionError
+        assert not (tmp_path/'tiny-clm-10k-mlm40-42k').exists()            # the child did not start
+        assert not list((tmp_path/'notebooks').glob('pretrain-tiny-clm-10k-*')) if (tmp_path/'notebooks').exists() else True
+    finally:
+        held.release()
+
+
+# Issue 36 (item 3 of the review): the launcher computes a pretraining run's notebook parameters once.
+def test_a_pretraining_run_gets_its_parameters_computed_once(tmp_path, monkeypatch):
+    plan = _branching_plan()
+    child = plan.runs['tiny-clm-10k-mlm40-42k']
+    computed, executed = [], []
+    def counted(*args, **kwargs):
+        computed.append(args[1].name)
+        return pretrain_params(*args, **kwargs)
+    monkeypatch.setattr(launchers, 'pretrain_params', counted)
+    monkeypatch.setattr(launchers, 'run_notebook', lambda notebook, params, out: executed.append((notebook, params)))
+    launchers._run_pretraining(plan, tmp_path, child)       # nobody trains the parent: the child's notebook runs
+    assert computed == [child.name]                      # before: twice (once more to look for the parent's worker)
+    assert executed == [('02_pretrain.ipynb', dict(pretrain_params(plan, child, tmp_path), progress=False))]
+
+
+def test_a_child_waits_for_a_parent_another_worker_trains_given_its_parameters(tmp_path):
+    plan = _branching_plan()
+    child = plan.runs['tiny-clm-10k-mlm40-42k']
+    params = pretrain_params(plan, child, tmp_path)
+    assert launchers._parent_in_other_hands(child, tmp_path, params) is None
+    held = PretrainRun('tiny-clm-42k', tmp_path).try_claim()
+    try:
+        assert launchers._parent_in_other_hands(child, tmp_path, params) == 'tiny-clm-42k'
+        with pytest.warns(UserWarning, match='skipped for now'): launchers._run_pretraining(plan, tmp_path, child)
+    finally:
+        held.release()
+
+
+# ---------------------------------------------------------------- a study resumed; one GPU a worker
+def _tiny_plan():
+    return build_plan('unit', {'E1': ['tiny-clm-42k', 'tiny-mlm40-42k']}, ('rt_sentiment',), ('rt_sentiment',),
+                      lrs=(1e-3,), seeds=(0,), step_scale=1 / 2000,   # 42k steps -> 21, warmup/decay -> 1
+                      pretrain_preset='demo', finetune_preset='demo',
+                      pretrain_overrides=dict(seq_len=32, batch_size=4, lr=2e-3, data='embedded', save_every=10, log_every=5),
+                      finetune_overrides=dict(max_steps=3, eval_every=3, max_eval_examples=20))
+
+
+def test_launcher_skips_finished_runs_and_resumes_the_rest(tmp_path):
+    plan = _tiny_plan()
+    first = select(plan, pattern='tiny-clm-*')              # an "interrupted" study: only one branch got done
+    launch(first, tmp_path, progress=False)
+    done_nb, = (tmp_path/'notebooks').glob('pretrain-tiny-clm-42k-*.ipynb')      # named after its launcher (host, pid)
+    stamp = done_nb.stat().st_mtime_ns
+    assert (tmp_path/'tiny-clm-42k'/'done.json').is_file()
+    assert not (tmp_path/'tiny-mlm40-42k').exists()
+    launch(plan, tmp_path, progress=False)                   # the whole study: the rest runs, nothing is redone
+    assert done_nb.stat().st_mtime_ns == stamp
+    assert (tmp_path/'tiny-mlm40-42k'/'done.json').is_file()
+    rows = read_rows(tmp_path/'results.jsonl')
+    assert sorted(r['checkpoint_name'] for r in rows) == ['tiny-clm-42k', 'tiny-mlm40-42k']
+    assert rows[0]['pretrain_run_id'] in ('tiny-clm-42k', 'tiny-mlm40-42k')   # pretraining metadata travels
+
+
+def test_each_finetuning_worker_sees_its_own_gpu(tmp_path, monkeypatch):
+    "Issue 25 item 13: one worker per GPU by default, each with its own CUDA_VISIBLE_DEVICES; more workers than GPUs refused."
+    import mlmclm.study.launchers as launchers
+    seen = []
+    monkeypatch.setattr(launchers, '_walk', lambda *a, **k: seen.append(os.environ.get('CUDA_VISIBLE_DEVICES')))
+    monkeypatch.setattr(launchers, 'visible_gpus', lambda: ['0', '1'])
+    plan, before = _tiny_plan(), os.environ.get('CUDA_VISIBLE_DEVICES')
+    launchers._finetune_helper(plan, tmp_path, None, '1')                  # what a spawned worker runs
+    launchers._finetune_stage(plan, tmp_path, False, ['0'])                # the launcher itself: the first GPU
+    assert seen == ['1', '0'] and os.environ.get('CUDA_VISIBLE_DEVICES') == before   # restored after each
+    assert launchers.finetune_workers(None, launchers.visible_gpus()) == ['0', '1']
+    with pytest.raises(ConfigError, match='workers=4 but this machine shows 2 GPU'):
+        launch(plan, tmp_path, stages=('finetune',), workers=4)
+
+
+# --------------------- pretraining on Slurm: what a single-node Slurm cannot show (tests/study/test_launchers_slurm.py)
+def test_the_sbatch_files_say_nodes_gpus_time_partition_requeue_and_the_signal(tmp_path):
+    from submitit.slurm.slurm import _make_sbatch_string
+    spec = pretrain_job_specs(paper_plan(), tmp_path, nodes=4, gpus_per_node=8, timeout_min=2880, partition='gpu')[0]
+    text = _make_sbatch_string(command='python -u -m submitit.core._submit /x', folder=tmp_path, **spec['slurm'])
+    for line in ('--nodes=4', '--gpus-per-node=8', '--ntasks-per-node=8', '--time=2880', '--partition=gpu',
+                 '--requeue', '--signal=USR2@180', f"--job-name=pretrain-{spec['run']}"):
+        assert f'#SBATCH {line}\n' in text, line
+    cfg = pretrain_config(**spec['params'])
+    assert (cfg.global_batch, grad_accum(cfg.global_batch, cfg.batch_size, 32), cfg.run_id) == (2304, 6, spec['run'])
+    assert cfg.out_dir == str(tmp_path) and cfg.data_subset == 'sample-350BT'

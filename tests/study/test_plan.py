@@ -1,51 +1,22 @@
-"""Issue 36 (studysplit): the launcher computes a pretraining run's notebook parameters once (item 3 of the review);
-the planner prices the demo's fine-tuning from what the demo fine-tunes (item 1's leftover)."""
-import time
+"""The study's planner (`mlmclm.study.plan`) prices fine-tuning from what it trains: the demo's examples, tokens and
+steps as fine-tuning encodes them (issue 36, item 1's leftover), each dataset's family from the task table, an error
+for a dataset the table lacks, and the paper's plan to the last bit as before; runs of mixed and moving phases are
+priced at their expected cost."""
+import re
 
 import pytest
 
-import mlmclm.study.launchers as launchers
-from mlmclm import study, study_cli
-from mlmclm.base.files import atomic_write_json, project_root, read_json
-from mlmclm.protocol.runs import PretrainRun
-from mlmclm.study.plan import build_plan, demo_plan, pretrain_params
+from mlmclm import study
+from mlmclm.study.plan import Costs, build_plan, demo_plan, run_flops
+from mlmclm.base.configs import ConfigError
+from mlmclm.protocol.paper import EMBEDDED_TASKS
+from mlmclm.model.sizes import flops_per_token, memory_estimate, model_config, phase_flops_per_token
+from mlmclm.protocol.run_names import parse_run_name
+from mlmclm.protocol.schedules import Phase
+from mlmclm.study.commands import describe
 
 
-def _branching_plan():
-    # tiny-clm-10k-mlm40-42k branches from tiny-clm-42k's full state at (scaled) step 10k
-    return build_plan('unit', {'E1': ['tiny-clm-42k'], 'E3': ['tiny-clm-10k-mlm40-42k']}, ('rt_sentiment',), ('rt_sentiment',),
-                      lrs=(1e-3,), seeds=(0,), step_scale=1 / 2000, pretrain_preset='demo', finetune_preset='demo',
-                      pretrain_overrides=dict(seq_len=32, batch_size=4, lr=2e-3, data='embedded', log_every=5))
-
-
-def test_a_pretraining_run_gets_its_parameters_computed_once(tmp_path, monkeypatch):
-    plan = _branching_plan()
-    child = plan.runs['tiny-clm-10k-mlm40-42k']
-    computed, executed = [], []
-    def counted(*args, **kwargs):
-        computed.append(args[1].name)
-        return pretrain_params(*args, **kwargs)
-    monkeypatch.setattr(launchers, 'pretrain_params', counted)
-    monkeypatch.setattr(launchers, 'run_notebook', lambda notebook, params, out: executed.append((notebook, params)))
-    launchers._run_pretraining(plan, tmp_path, child)       # nobody trains the parent: the child's notebook runs
-    assert computed == [child.name]                      # before: twice (once more to look for the parent's worker)
-    assert executed == [('02_pretrain.ipynb', dict(pretrain_params(plan, child, tmp_path), progress=False))]
-
-
-def test_a_child_waits_for_a_parent_another_worker_trains_given_its_parameters(tmp_path):
-    plan = _branching_plan()
-    child = plan.runs['tiny-clm-10k-mlm40-42k']
-    params = pretrain_params(plan, child, tmp_path)
-    assert launchers._parent_in_other_hands(child, tmp_path, params) is None
-    held = PretrainRun('tiny-clm-42k', tmp_path).try_claim()
-    try:
-        assert launchers._parent_in_other_hands(child, tmp_path, params) == 'tiny-clm-42k'
-        with pytest.warns(UserWarning, match='skipped for now'): launchers._run_pretraining(plan, tmp_path, child)
-    finally:
-        held.release()
-
-
-# ------------------------------------------------------------- item 1 leftover: the demo's fine-tuning price
+# ------------------------------------------------------------- what the demo fine-tunes (issue 36, item 1's leftover)
 
 def test_the_planner_counts_the_demos_examples_as_fine_tuning_encodes_them():
     "The planner's count (no torch) against the features the fine-tuning loop trains on: examples, tokens and steps."
@@ -68,36 +39,47 @@ def test_the_planner_counts_the_demos_examples_as_fine_tuning_encodes_them():
         assert study.finetune_steps(demo, name, n) == train_steps(name, n, cfg), name
 
 
-def _timings():
-    "The demo's recorded fine-tuning stages (minutes, figures/demo/timings.json), on this project's 2-core machine."
-    return [e['stages']['fine-tuning'] for e in read_json(project_root()/'figures'/'demo'/'timings.json')['demo']
-            if 'fine-tuning' in e.get('stages', {})]
+# ---------------------------------------------------------------- a dataset's family (issue 36 item 1)
+# A dataset's family comes from the task table (`mlmclm.tasks.registry.TASKS`) only.
+def test_the_demo_datasets_are_priced_as_their_own_families():
+    "`study._family` called corpus_names and corpus_speaker SC (64 tokens an example) and priced 1,000 steps of 32."
+    assert [study.dataset_family(d) for d in EMBEDDED_TASKS] == ['SC', 'TC', 'QA', 'IR']
+    one = study.demo_plan(datasets=('corpus_speaker',), control=False)
+    n, per_example = study.shipped_examples('corpus_speaker', 192)   # its real examples, tokens cut at the task's 192
+    per_run = 6 * study.body_params('tiny') * (n // 8) * 8 * per_example   # one epoch of 8 a step (issue 36: as it ships)
+    assert study.finetune_flops(one) == pytest.approx(len(one.evals) * len(one.lrs) * len(one.seeds) * per_run, rel=1e-12)
 
 
-def test_the_demos_fine_tuning_is_priced_near_what_the_demo_takes(tmp_path, one_thread):
-    """After `mlmclm bench --finetune` on the demo's tiny model on a CPU, the plan prices the demo's fine-tuning within
-    a factor 2 of what the demo takes (before: paper-scale lengths and 1,600 examples a run priced ~3x the work), and
-    a speed measured on another model size prices nothing."""
-    import statistics
-    from mlmclm.bench.finetune_speed import finetune_benchmark, finetune_sides
-    recorded = _timings()
-    assert recorded, 'figures/demo/timings.json records no fine-tuning stage'
-    minutes = statistics.median(recorded)
-    r = finetune_benchmark('rt_sentiment', size='tiny', steps=8, warmup=2, reps=3, device='cpu', sides=finetune_sides()[-1:])
-    ours = r['sides'][-1]
-    # one thread with a core to itself, as each of the demo's two workers had: the fastest run's CPU seconds per step,
-    # which the load of other processes on this shared machine inflates far less than wall seconds (5x at load 10)
-    ours['examples_per_s'] = r['batch_size'] / ours['cpu_step_s_min']
-    atomic_write_json(tmp_path/'finetune-rt_sentiment-tiny.json', r)
-    demo = demo_plan()
-    price = study_cli.measured_finetune_price(demo, folder=tmp_path)
-    assert (price['sizes'], price['others']) == (['tiny'], [])
-    assert minutes / 2 < price['hours'] * 60 < minutes * 2, (price['hours'] * 60, recorded)
-    assert '  fine-tuning examples of corpus_excerpt, corpus_names, corpus_speaker, rt_sentiment: as they ship' in \
-        study_cli.describe(demo)                                           # the plan says what priced its examples
-    assert 'fine-tuning at the measured speed for tiny' in study_cli.measured_finetune_line(demo, folder=tmp_path)
-    other = dict(r, model='610m', body_params=study.body_params('610m'))   # newer, of another size: not applied
-    time.sleep(0.01); atomic_write_json(tmp_path/'finetune-rt_sentiment-610m.json', other)
-    price = study_cli.measured_finetune_price(demo, folder=tmp_path)
-    assert (price['sizes'], price['others'], price['hours']) == ([], ['tiny'], None)
-    assert study_cli.measured_finetune_line(demo, folder=tmp_path).startswith('  fine-tuning at the assumed MFU above for tiny')
+def test_a_dataset_the_task_table_lacks_is_an_error_not_an_sc_guess():
+    with pytest.raises(ConfigError, match="dataset 'my_sc' is not in the task table; choose from"):
+        study.finetune_flops(study.demo_plan(datasets=('rt_sentiment', 'my_sc')))
+
+
+def test_the_papers_plan_prices_fine_tuning_as_before():
+    """Nothing was asked to change for the paper: the same FLOPs to the last bit (values from before the registry, with
+    the authors' 26-layer 1b; the 28-layer shape gave 2.391058735792128e+20)."""
+    assert study.finetune_flops(study.paper_plan()) == 2.287070783963136e+20
+    assert study.finetune_flops(study.get_plan('protocol-ablation')) == 5.546574941257728e+19
+
+
+# ---------------------------------------------------------------- mixed and moving phases (issue 37 item 2)
+def test_the_planner_prices_mixed_and_moving_runs():
+    plan = build_plan('unit', {'X': ['610m-clm-10k-50clm+50mlm40-42k', '610m-mlm30to10-42k']}, ('sst2',), ('sst2',),
+                      lrs=(1e-4,), seeds=(0,))
+    costs = Costs()
+    clm, mlm40, mlm20 = (flops_per_token(model_config('610m'), costs.seq_len, o, r)
+                         for o, r in (('clm', 0.4), ('mlm', 0.4), ('mlm', 0.2)))
+    mixed, moving = plan.runs['610m-clm-10k-50clm+50mlm40-42k'], plan.runs['610m-mlm30to10-42k']
+    assert run_flops(plan, mixed, costs) == pytest.approx(costs.tokens_per_step * (10000 * clm + 32000 * (clm + mlm40) / 2))
+    assert run_flops(plan, moving, costs) == pytest.approx(costs.tokens_per_step * 42000 * mlm20)
+    assert phase_flops_per_token('610m', costs.seq_len, Phase('mlm30to10', 42000)) == pytest.approx(mlm20)
+    text = describe(plan, costs, memory=True)
+    assert re.search(r'pretraining runs +2\n', text) and '610m  estimated peak' in text
+    worst = memory_estimate('610m', 'ddp', 8, objective='50clm+50mlm40', grad_accum=24)
+    assert worst['peak_gib'] == memory_estimate('610m', 'ddp', 8, objective='clm', grad_accum=24)['peak_gib']
+
+
+def test_the_planner_shares_no_steps_between_moving_ratios_of_different_lengths():
+    from mlmclm.study.plan import branch_step
+    assert branch_step(parse_run_name('610m-50clm+50mlm40-22k'), parse_run_name('610m-50clm+50mlm40-42k'), 2000, 2000) == 20000
+    assert branch_step(parse_run_name('610m-mlm30to5-22k'), parse_run_name('610m-mlm30to5-42k'), 2000, 2000) == 0

@@ -1,6 +1,8 @@
-"""The hub loaders of the task registry on in-memory datasets with the hub's configs, splits and columns: the authors'
-sources (the default) and the canonical ones."""
+"""The hub loaders of the task registry (`mlmclm.tasks.registry`) on in-memory datasets with the hub's configs, splits
+and columns: the authors' sources (the default) and the canonical ones; datasets loaded at a pinned revision, and the
+revision loaded recorded (issue 33 item 13)."""
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -84,3 +86,51 @@ def test_schema_drift_names_the_missing_column(monkeypatch, key, column, task, s
     for k in drop: tables[k] = tables[k].remove_columns(column)
     monkeypatch.setattr(tasks, '_hub', fake_hub(tables))
     with pytest.raises(ConfigError, match=message): load(task, source)
+
+
+# --------------------------------------- datasets at a pinned revision, the revision loaded recorded (issue 33 item 13)
+COMMIT, OTHER = 'a' * 40, 'b' * 40
+
+
+@pytest.fixture
+def hub_calls(monkeypatch, tmp_path):
+    "`datasets.load_dataset` as the hub answers: the data cached in a folder named by the commit loaded."
+    import datasets
+    calls = []
+    def load_dataset(path, name=None, split=None, revision=None):
+        calls.append(dict(path=path, name=name, split=split, revision=revision))
+        commit = revision if revision and len(revision) == 40 else COMMIT
+        return SimpleNamespace(cache_files=[dict(filename=str(tmp_path/'cache'/path/'default'/'0.0.0'/commit/'x.arrow'))])
+    monkeypatch.setattr(datasets, 'load_dataset', load_dataset)
+    return calls
+
+
+def _hub_task(revisions=()):
+    def load_():
+        tasks._hub('org/a', None, 'train'); tasks._hub('org/a', None, 'test')
+        return dict(train=[], validation=[], test=[])
+    return tasks.Task('pinned', 'SC', 'sequence', load_, revisions=revisions)
+
+
+def test_a_pinned_revision_is_passed_to_load_dataset_and_recorded(hub_calls):
+    assert tasks.load_task_revision(_hub_task())[1] == COMMIT                   # unpinned: the commit the hub gave
+    assert [c['revision'] for c in hub_calls] == [None, None]
+    hub_calls.clear()
+    assert tasks.load_task_revision(_hub_task((('org/a', OTHER),)))[1] == OTHER
+    assert [c['revision'] for c in hub_calls] == [OTHER, OTHER]
+
+
+def test_a_task_reading_two_repos_records_both(hub_calls):
+    def load_():
+        tasks._hub('org/corpus', 'corpus', 'corpus'); tasks._hub('org/qrels', None, 'test')
+        return dict(train=[], validation=[], test=[])
+    task = tasks.Task('two', 'IR', 'embedding', load_, revisions=(('org/qrels', OTHER),))
+    assert tasks.load_task_revision(task)[1] == f'org/corpus@{COMMIT};org/qrels@{OTHER}'
+
+
+def test_a_pinned_commit_that_is_not_the_one_loaded_is_an_error(monkeypatch, tmp_path):
+    import datasets
+    monkeypatch.setattr(datasets, 'load_dataset', lambda path, name=None, split=None, revision=None: SimpleNamespace(
+        cache_files=[dict(filename=str(tmp_path/path/'default'/'0.0.0'/COMMIT/'x.arrow'))]))
+    with pytest.raises(ConfigError, match=f'org/a was pinned to revision {OTHER} but {COMMIT} was loaded'):
+        tasks.load_task_revision(_hub_task((('org/a', OTHER),)))
