@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 import uuid
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
@@ -42,13 +43,22 @@ def this_process() -> dict:
     return dict(host=HOST, pid=os.getpid(), pid_start=_pid_start(os.getpid()))
 
 # %% ../../nbs/base/04_claims.ipynb #ea7935ad
+def _restart_count(text: str | None) -> int:
+    "Slurm's restart count from `SLURM_RESTART_COUNT`; a value that is no whole number counts as 0, warned of (naming it)."
+    if not text: return 0
+    try: return int(text)
+    except ValueError:
+        warnings.warn(f'SLURM_RESTART_COUNT={text!r} is not a whole number; counted as 0 (claims of an earlier run of this '
+                      f'job are then taken over only once their lease ends)', RuntimeWarning, stacklevel=3)
+        return 0
+
 def slurm_job() -> dict:
     "This process's Slurm job, as claims record it: cluster, job id, array task, restart count ({} outside Slurm)."
     env = os.environ
     if not env.get('SLURM_JOB_ID'): return {}
     array = (env.get('SLURM_ARRAY_JOB_ID'), env.get('SLURM_ARRAY_TASK_ID'))
     return dict(slurm_cluster=env.get('SLURM_CLUSTER_NAME'), slurm_job=env['SLURM_JOB_ID'],
-                slurm_restart=int(env.get('SLURM_RESTART_COUNT') or 0),
+                slurm_restart=_restart_count(env.get('SLURM_RESTART_COUNT')),
                 **({'slurm_array': '_'.join(array)} if all(array) else {}))
 
 # %% ../../nbs/base/04_claims.ipynb #1563f100

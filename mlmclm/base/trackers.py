@@ -5,12 +5,13 @@
 # %% ../../nbs/base/05_trackers.ipynb #2a0b72f1
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from .configs import ConfigError
 
 # %% auto #0
-__all__ = ['TRACKERS', 'tracker_names', 'legacy_tensorboard', 'check_trackers', 'Trackers']
+__all__ = ['TRACKERS', 'tracker_names', 'legacy_tensorboard', 'check_trackers', 'TrackerError', 'Trackers']
 
 # %% ../../nbs/base/05_trackers.ipynb #a2f14253
 TRACKERS = ('tensorboard', 'wandb', 'mlflow', 'trackio', 'comet_ml', 'aim', 'clearml', 'dvclive', 'swanlab')   # accelerate's
@@ -47,9 +48,18 @@ def check_trackers(log_with: str | None) -> list[str]:
                                       f"or leave it out of log_with")
     return names
 
+# %% ../../nbs/base/05_trackers.ipynb #b31a9ec1
+class TrackerError(RuntimeError):
+    "An experiment tracker that could not start: the message names it, the service's error, and how to run without it."
+
+def _tracker_name(tracker) -> str: return getattr(tracker, 'name', None) or type(tracker).__name__
+
+def _failure(e: BaseException) -> str: return f'{type(e).__name__}: {" ".join(str(e).split())[:300]}'
+
 # %% ../../nbs/base/05_trackers.ipynb #abe2153c
 class Trackers:
-    "A run's experiment trackers (accelerate's classes), on the main process only; `log` sends metrics to each."
+    """A run's experiment trackers (accelerate's classes), on the main process only; `log` sends metrics to each. A
+    tracker that fails to log is warned of and dropped (the run goes on); `finish` closes each, whatever happened."""
     def __init__(self, log_with: str | None,  # tracker names (`mlmclm.base.trackers.tracker_names`); None: none
                  project: str,                # the project / experiment name the trackers file the run under
                  logging_dir: Path | str = '.',   # where trackers that write files locally (TensorBoard) write them
@@ -58,24 +68,46 @@ class Trackers:
         self.names, self.trackers, self.step = check_trackers(log_with), [], 0
         if not main: return
         from accelerate.tracking import LOGGER_TYPE_TO_CLASS
+        params = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in (config or {}).items()}
         for name in self.names:
             kind = LOGGER_TYPE_TO_CLASS[name]
-            tracker = kind(project, str(logging_dir)) if kind.requires_logging_directory else kind(project)
-            tracker.start(); self.trackers.append(tracker)
-        if config is not None:
-            params = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in config.items()}
-            for t in self.trackers: t.store_init_configuration(params)
+            try:
+                tracker = kind(project, str(logging_dir)) if kind.requires_logging_directory else kind(project)
+                tracker.start(); self.trackers.append(tracker)
+                if config is not None: tracker.store_init_configuration(params)
+            except Exception as e:   # each service fails its own way (network, login, a full disk)
+                self.finish()        # those started already (this one too): no tracker run is left open
+                raise TrackerError(f'experiment tracker {name!r} (log_with={log_with!r}) could not start: '
+                                   f'{_failure(e)}. Nothing was trained. Fix its service or settings, or leave it out '
+                                   f'of log_with (metrics.jsonl and the results store record every run anyway)') from e
 
     def log(self, values: dict, step: int | None = None) -> None:
         "Send the numbers of `values` to every tracker at `step` (None: one past the last step logged)."
         self.step = self.step + 1 if step is None else step
         numbers = {k: v for k, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        for t in self.trackers: t.log(numbers, step=self.step)
+        for t in list(self.trackers):
+            try: t.log(numbers, step=self.step)
+            except Exception as e: self._drop(t, e)
+
+    def _drop(self, tracker, error: Exception) -> None:
+        "Warn once that `tracker` failed, naming it and its error, and stop using it (finished, as far as it still can)."
+        warnings.warn(f'experiment tracker {_tracker_name(tracker)!r} failed at step {self.step} ({_failure(error)}); '
+                      f'it is dropped and the run goes on without it (metrics.jsonl and the results store keep every '
+                      f'number)', RuntimeWarning, stacklevel=3)
+        self.trackers.remove(tracker)
+        self._finish(tracker)
+
+    @staticmethod
+    def _finish(tracker) -> None:
+        try: tracker.finish()
+        except Exception as e:   # a tracker that cannot flush must not hide the run's own outcome
+            warnings.warn(f'experiment tracker {_tracker_name(tracker)!r} did not finish cleanly ({_failure(e)})',
+                          RuntimeWarning, stacklevel=3)
 
     def finish(self) -> None:
-        "Close every tracker (flushes their files)."
-        for t in self.trackers: t.finish()
-        self.trackers = []
+        "Close every tracker (flushes their files); one that fails to close is warned of, the others still close."
+        trackers, self.trackers = self.trackers, []
+        for t in trackers: self._finish(t)
 
     def __enter__(self): return self
     def __exit__(self, *exc): self.finish()

@@ -8,13 +8,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
+import tempfile
 import torch
 import torch.nn as nn
 import warnings
+from fnmatch import fnmatch
 from pathlib import Path
 from transformers import AutoModelForMaskedLM, LlamaConfig, LlamaForCausalLM
 
 from ..base.configs import ConfigError, build_config
+from ..base.disks import full_disk_error
 from ..base.files import atomic_path, atomic_write_json, atomic_write_text, read_jsonl
 from ..base.records import git_commit
 from .sizes import MODEL_SIZES, ModelConfig, model_config
@@ -25,10 +29,10 @@ from ..protocol.schedules import Phase
 # %% auto #0
 __all__ = ['SUPPORTED_MODEL_TYPES', 'RELEASE_OWNER', 'SHAPE_FIELDS', 'CHECKPOINT_FILES', 'PUSH_IGNORED', 'MERGE_KEY',
            'TOKENIZER_FILES', 'MODEL_COMMANDS', 'LlamaForMaskedLM', 'register_with_transformers', 'logged_losses',
-           'model_card', 'save', 'config_from_hf', 'is_state_folder', 'check_checkpoint', 'check_finite_weights',
-           'release_shape_differences', 'load', 'check_pushable', 'push_checkpoint', 'push_main', 'parity_error',
-           'merge_differences', 'check_merge_weights', 'weighted_sum', 'merge_checkpoints', 'merge_record',
-           'parse_merge_parents', 'merge_main', 'main']
+           'card_text', 'model_card', 'save', 'config_from_hf', 'is_state_folder', 'check_checkpoint',
+           'check_finite_weights', 'release_shape_differences', 'load', 'check_pushable', 'push_checkpoint',
+           'push_main', 'parity_error', 'merge_differences', 'check_merge_weights', 'weighted_sum', 'merge_checkpoints',
+           'merge_record', 'parse_merge_parents', 'merge_main', 'main']
 
 # %% ../../nbs/model/04_checkpoints.ipynb #3d68a1e9
 class LlamaForMaskedLM(LlamaForCausalLM):
@@ -50,11 +54,19 @@ def logged_losses(metrics: Path, step: int) -> dict:
     held = next((r for r in reversed(rows) if r.get('heldout_loss') is not None), {})
     return dict(step=train.get('step'), loss=train.get('loss'), heldout_step=held.get('step'), heldout_loss=held.get('heldout_loss'))
 
+# %% ../../nbs/model/04_checkpoints.ipynb #6888dbf8
+_MARKUP = re.compile(r'([\\`*_\[\]<>|#~])')   # what Markdown (and a table's cell) would read as markup
+
+def card_text(value) -> str:
+    "`value` as plain text in a model card's title or table cell: one line, every Markdown or HTML mark and `|` escaped."
+    text = ' '.join(''.join(c if c.isprintable() else ' ' for c in str(value)).split())
+    return _MARKUP.sub(r'\\\1', text)
+
 # %% ../../nbs/model/04_checkpoints.ipynb #e368ca9e
 def _card_schedule(meta: dict) -> str:
     "The phases of the run, as the released names spell them: 'clm for 2 steps, then mlm40 for 6 steps'."
     def label(p): return Phase(p['objective'], p['steps'], p.get('mask_ratio')).label   # as names spell it: 'mlm40', '50clm+50mlm40'
-    return ', then '.join(f"{label(p)} for {p['steps']:,} steps" for p in meta.get('phases') or []) or 'not recorded'
+    return card_text(', then '.join(f"{label(p)} for {p['steps']:,} steps" for p in meta.get('phases') or []) or 'not recorded')
 
 # %% ../../nbs/model/04_checkpoints.ipynb #f4b12e2e
 def _card_loading(checkpoint: str) -> str:
@@ -99,8 +111,9 @@ def model_card(meta: dict,                   # the checkpoint's `mlmclm.json` (w
                            tags=['mlmclm', 'llama', *objectives],
                            datasets=['HuggingFaceFW/fineweb-edu'] if cfg.get('data') == 'fineweb-edu' else None)
     data, losses = meta.get('data') or {}, losses or {}
+    schedule = card_text(meta.get('schedule', 'not recorded')).replace('\\', '').replace('`', "'")   # a code span: no escapes
     rows = [('run', meta.get('run_id') or meta.get('source') or 'not recorded'),
-            ('objective schedule', f"`{meta.get('schedule', 'not recorded')}`: {_card_schedule(meta)}"),
+            ('objective schedule', f"`{schedule.replace('|', chr(92) + '|')}`: {_card_schedule(meta)}"),
             ('step', f"{meta['step']:,} of {cfg['total_steps']:,}" if 'step' in meta and 'total_steps' in cfg
                      else f"{meta['step']:,}" if 'step' in meta else 'not recorded'),
             ('tokens seen', f"{meta['tokens_seen']:,}" if 'tokens_seen' in meta else 'not recorded'),
@@ -115,8 +128,8 @@ def model_card(meta: dict,                   # the checkpoint's `mlmclm.json` (w
             ('settings', ', '.join(f'{k}={cfg[k]}' for k in ('size', 'seq_len', 'global_batch', 'batch_size', 'lr',
                                                              'warmup_steps', 'decay_steps') if cfg.get(k) is not None) or 'not recorded'),
             ('mlmclm', f'{__version__}, git commit {commit}')]
-    table = '\n'.join(['| | |', '|---|---|', *(f'| {k} | {v} |' for k, v in rows)])
-    title = f"{meta['run_id']} at step {meta['step']}" if meta.get('run_id') and 'step' in meta else 'mlmclm checkpoint'
+    table = '\n'.join(['| | |', '|---|---|', *(f'| {k} | {v if k == "objective schedule" else card_text(v)} |' for k, v in rows)])
+    title = f"{card_text(meta['run_id'])} at step {meta['step']}" if meta.get('run_id') and 'step' in meta else 'mlmclm checkpoint'
     return (f'---\n{header.to_yaml()}\n---\n\n# {title}\n\nA Llama-layout model trained by '
             f'[mlmclm](https://github.com/mlmclm/mlmclm) (MLM and CLM pretraining of encoders, after "Should We Still Pretrain '
             f'Encoders with Masked Language Modeling?").\n\n## Training\n\n{table}\n\n## How to load it\n\n'
@@ -201,7 +214,7 @@ def _check_safetensors(file: Path) -> None:
 # %% ../../nbs/model/04_checkpoints.ipynb #00eeeff1
 def check_checkpoint(path_or_name: str | Path, key: str = 'checkpoint') -> None:
     "Raise `ConfigError` (naming `key` and the value) unless `path_or_name` is a readable checkpoint folder or a reachable hub id."
-    import os, re
+    import os
     text, p = str(path_or_name), Path(path_or_name)
     if p.exists():
         if not p.is_dir(): raise ConfigError(f'{key}={text!r} is a file; expected a checkpoint folder (config.json and *.safetensors)')
@@ -331,30 +344,51 @@ def _run_records(path: Path) -> tuple[dict, dict | None, dict | None]:
     return meta, run, logged_losses(run_folder/'metrics.jsonl', meta['step']) if 'step' in meta else None
 
 # %% ../../nbs/model/04_checkpoints.ipynb #86c630de
+def _hub_errors() -> tuple:
+    "What the hub's client raises when the hub cannot be reached or refuses: OS errors (offline mode, sockets), its HTTP errors."
+    from huggingface_hub import utils
+    from huggingface_hub.errors import HfHubHTTPError
+    client = getattr(utils, 'httpx', None)   # huggingface_hub >= 1 talks over httpx, whose errors are no OSError
+    return (OSError, HfHubHTTPError) + ((client.HTTPError,) if client is not None else ())
+
+def _staged(path: Path, staging: Path, card: str) -> Path:
+    "`staging` holding links to the files of the checkpoint `path` that are pushed, and `card` as its README.md."
+    for p in sorted(path.rglob('*')):
+        rel = p.relative_to(path).as_posix()
+        if not p.is_file() or rel == 'README.md' or any(fnmatch(rel, pattern) for pattern in PUSH_IGNORED): continue
+        (staging/rel).parent.mkdir(parents=True, exist_ok=True)
+        (staging/rel).symlink_to(p.resolve())
+    (staging/'README.md').write_text(card, encoding='utf-8')
+    return staging
+
+# %% ../../nbs/model/04_checkpoints.ipynb #7ba5f03e
 def push_checkpoint(folder: str | Path,          # a checkpoint folder (`runs/<run>/checkpoints/step-<N>`)
                     repo_id: str,                # the hub repository, 'user/name'
                     private: bool = False,       # create the repository private
                     token: str | None = None,    # a hub token (None: the login's)
                     api=None,                    # an `HfApi` (None: a new one)
                    ) -> str:
-    "Upload `folder` to the hub model repository `repo_id` (created if missing); returns the commit's URL."
+    "Upload `folder` to the hub model repository `repo_id` (created if missing), its card naming the hub id; the folder is never written. Returns the commit's URL."
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import HfHubHTTPError, HFValidationError
+    from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
     path = check_pushable(folder)
     try: validate_repo_id(repo_id)
     except HFValidationError as e: raise ConfigError(f'repo_id={repo_id!r} is not a hub repository id ({e})') from None
     if '/' not in repo_id: raise ConfigError(f"repo_id={repo_id!r} needs its owner: 'user/name' or 'organisation/name'")
-    api = api or HfApi(token=token)
-    try: api.create_repo(repo_id, repo_type='model', private=private, exist_ok=True)
-    except (OSError, HfHubHTTPError) as e:   # offline mode and network errors are OSErrors (ConnectionError)
-        raise RuntimeError(f'cannot push {str(folder)!r} to {repo_id!r}: the hub did not answer ({type(e).__name__}: '
-                           f'{e}). Pushing needs the network, HF_HUB_OFFLINE unset, and a login (`hf auth login`) '
-                           f'or a token; nothing was uploaded') from e
     meta, run, losses = _run_records(path)
-    atomic_write_text(path/'README.md', model_card(meta, run, losses, checkpoint=repo_id))   # the snippet opens the hub id
-    info = api.upload_folder(folder_path=str(path), repo_id=repo_id, repo_type='model', ignore_patterns=list(PUSH_IGNORED),
-                             commit_message=f"mlmclm checkpoint {meta.get('run_id', path.name)} step {meta.get('step', '?')}")
+    card = model_card(meta, run, losses, checkpoint=repo_id)   # the snippet opens the hub id
+    api, failed = api or HfApi(token=token), f'cannot push {str(folder)!r} to {repo_id!r}'
+    try: api.create_repo(repo_id, repo_type='model', private=private, exist_ok=True)
+    except _hub_errors() as e:
+        raise RuntimeError(f'{failed}: the hub did not answer ({type(e).__name__}: {e}). Pushing needs the network, '
+                           f'HF_HUB_OFFLINE unset, and a login (`hf auth login`) or a token; nothing was uploaded') from e
+    with tempfile.TemporaryDirectory(prefix='mlmclm-push-') as staging:
+        try: info = api.upload_folder(folder_path=str(_staged(path, Path(staging), card)), repo_id=repo_id, repo_type='model',
+                                      commit_message=f"mlmclm checkpoint {meta.get('run_id', path.name)} step {meta.get('step', '?')}")
+        except _hub_errors() as e:
+            raise RuntimeError(f'{failed}: the upload failed ({type(e).__name__}: {e}); a hub commit lands whole or not at '
+                               f'all, so nothing was uploaded, and {str(folder)!r} is as it was. Run the push again') from e
     return str(getattr(info, 'commit_url', info))
 
 # %% ../../nbs/model/04_checkpoints.ipynb #a022ac07
@@ -451,6 +485,8 @@ def merge_checkpoints(out: str | Path,     # the merged checkpoint's folder (wri
     if differ := merge_differences(folders):
         raise ConfigError('cannot merge checkpoints of different shapes or tokenizers; they differ in\n  ' + '\n  '.join(differ))
     merged, model = weighted_sum(folders, weights)
+    try: check_finite_weights(merged.items(), 'merge weights', weights)   # float32 overflows at about 3.4e38
+    except ConfigError as e: raise ConfigError(f'{e} once summed: nothing was written; use smaller weights') from None
     headless = [n for n, f in zip(names, folders) if not model.config.tie_word_embeddings and not _has_lm_head(f)]
     if headless: merged.pop('lm_head.weight')   # `load` gave those a random head: the merge stores none, like them
     heaviest = max(range(len(weights)), key=lambda i: weights[i])   # the first of equals
@@ -468,6 +504,9 @@ def merge_checkpoints(out: str | Path,     # the merged checkpoint's folder (wri
         for name in _TOKENIZER_COPY:   # the parents share their tokenizer (checked above): the first one's
             if (folders[0]/name).is_file(): shutil.copyfile(folders[0]/name, tmp/name)
         os.replace(tmp, out)   # the folder appears whole or not at all
+    except Exception as e:   # safetensors says a full disk as a SafetensorError: said with the folder and its free space
+        if full := full_disk_error(out, tmp, e, 'merge again (or give another OUT folder)'): raise full from e
+        raise
     finally: shutil.rmtree(tmp, ignore_errors=True)
     return out
 
@@ -509,6 +548,7 @@ def merge_main(argv: list[str]) -> None:
     try:
         out = merge_checkpoints(args.out, parse_merge_parents(args.parents), args.any_sum, args.is_causal)
     except ConfigError as e: parser.exit(2, f'error: {e}\n')
+    except OSError as e: parser.exit(1, f'error: {e}\n')   # a full disk (the folder and its free space), a folder we may not write
     rec = merge_record(out)
     print(f"{out}: " + ' + '.join(f"{p['weight']:g} x {p['checkpoint']}" for p in rec['parents']) +
           f" ({'causal' if rec['is_causal'] else 'bidirectional'})")

@@ -5,10 +5,12 @@
 # %% ../../nbs/pretraining/02_checks.ipynb #756fd25b
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import re
 import torch
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.configs import ConfigError
@@ -18,10 +20,11 @@ from ..model.checkpoints import check_checkpoint, check_finite_weights, config_f
 from ..model.sizes import model_config
 from .train_state import check_state_owner, state_folder, trusted_uids
 from ..protocol.runs import PretrainConfig
-from ..protocol.schedules import OBJECTIVES, Phase, parse_schedule
+from ..protocol.schedules import OBJECTIVES, Component, Phase, parse_schedule
 
 # %% auto #0
-__all__ = ['EMPTY_BATCHES_ALLOWED', 'resolve_phases', 'check_pretrain_config', 'checkpoint_steps']
+__all__ = ['EMPTY_BATCHES_ALLOWED', 'EXACT_STEPS', 'resolve_phases', 'check_pretrain_config', 'checkpoint_steps',
+           'CheckedPretrain', 'checked_pretrain']
 
 # %% ../../nbs/pretraining/02_checks.ipynb #7dbd8cd7
 def resolve_phases(cfg: PretrainConfig) -> list[Phase]:
@@ -59,6 +62,9 @@ def _check_places(cfg: PretrainConfig) -> None:
     if cfg.run_id is not None and (not cfg.run_id or re.search(r'[/\\]', cfg.run_id) or cfg.run_id.startswith('.')):
         raise ConfigError(f'run_id={cfg.run_id!r} must be a plain folder name (no "/", not starting with "."): it '
                           f'names the run folder inside out_dir')
+    if cfg.run_id is not None and (bad := re.search(r'[\x00-\x1f\x7f]', cfg.run_id)):
+        raise ConfigError(f'run_id={cfg.run_id!r} holds the control character {bad.group()!r}: it names the run folder '
+                          f'and titles its model cards; use letters, digits and punctuation')
     if cfg.init_from is not None: check_checkpoint(cfg.init_from, 'init_from')
     if cfg.init_from is not None and Path(cfg.init_from).is_dir():   # a hub id is checked once downloaded (`_build`)
         check_finite_weights(_checkpoint_tensors(cfg.init_from), 'init_from', cfg.init_from)
@@ -80,6 +86,20 @@ def _checkpoint_tensors(folder):
 
 # %% ../../nbs/pretraining/02_checks.ipynb #30e6e650
 EMPTY_BATCHES_ALLOWED = 1e-3   # expected micro-batches without a masked token over an MLM phase
+EXACT_STEPS = 4096             # a moving ratio's phase up to this long is averaged step by step, a longer one by its integral
+
+def _empty_share(c: Component, steps: int, tokens: int) -> float:
+    """The chance that a micro-batch of `tokens` tokens holds no token masked by part `c`, averaged over a phase of
+    `steps` steps: step by step up to `EXACT_STEPS` steps; beyond, in constant time, by the integral of the
+    piecewise-linear ratio between its stops (which differs from the step-by-step mean by about 1/steps of the largest
+    chance, so a phase of a billion steps is checked at once)."""
+    if len(c.ratios) == 1: return (1 - c.ratios[0]) ** tokens
+    if steps <= EXACT_STEPS: return sum((1 - c.ratio_at(k / max(steps - 1, 1))) ** tokens for k in range(steps)) / steps
+    def segment(a, b):   # the mean of (1 - r) ** tokens while r moves linearly from a to b
+        if a == b: return (1 - a) ** tokens
+        return ((1 - a) ** (tokens + 1) - (1 - b) ** (tokens + 1)) / ((tokens + 1) * (b - a))
+    return sum(segment(a, b) for a, b in zip(c.ratios, c.ratios[1:])) / (len(c.ratios) - 1)
+
 
 def _check_masking(cfg: PretrainConfig, phases: list[Phase]) -> None:
     "Refuse a masked phase whose micro-batches may hold no masked token: such a batch's loss is 0/0 and stops the run."
@@ -88,8 +108,7 @@ def _check_masking(cfg: PretrainConfig, phases: list[Phase]) -> None:
         micro = p.steps * max(1, (cfg.global_batch or cfg.batch_size) // cfg.batch_size)
         for c in (c for c in p.parts if OBJECTIVES[c.objective].masked):   # a mixture's masked parts, at their share
             ratio, share = min(c.ratios), c.weight / 100                    # a moving ratio: its rarest mask ...
-            empty = (1 - ratio) ** tokens if len(c.ratios) == 1 else \
-                    sum((1 - c.ratio_at(k / max(p.steps - 1, 1))) ** tokens for k in range(p.steps)) / p.steps   # ... averaged
+            empty = _empty_share(c, p.steps, tokens)                        # ... averaged over the phase
             if (expected := micro * share * empty) > EMPTY_BATCHES_ALLOWED:
                 need = 1 - (EMPTY_BATCHES_ALLOWED / (micro * share)) ** (1 / tokens)
                 raise ConfigError(f'mask_ratio={ratio:g} ({p.label}, {p.steps} steps) with batch_size={cfg.batch_size} '
@@ -119,3 +138,16 @@ def _check_device(cfg: PretrainConfig) -> None:
 def checkpoint_steps(cfg) -> list[int]:
     try: return sorted({int(s) for s in str(cfg.checkpoint_steps).replace(' ', '').split(',') if s})
     except ValueError: raise ConfigError(f'checkpoint_steps={cfg.checkpoint_steps!r} must be a comma list of integers')
+
+# %% ../../nbs/pretraining/02_checks.ipynb #82080f4b
+@dataclass(frozen=True)
+class CheckedPretrain:
+    "A pretraining config that has passed `check_pretrain_config`, with its phases: `setup` takes it as it is."
+    cfg: PretrainConfig   # a copy of the config that was checked
+    phases: tuple         # its phases (`resolve_phases`)
+
+def checked_pretrain(cfg: PretrainConfig | CheckedPretrain) -> CheckedPretrain:
+    "`cfg` checked once: a config through `check_pretrain_config` (a copy of it is kept), a `CheckedPretrain` as it is."
+    if isinstance(cfg, CheckedPretrain): return cfg
+    cfg = copy.copy(cfg)
+    return CheckedPretrain(cfg, tuple(check_pretrain_config(cfg)))

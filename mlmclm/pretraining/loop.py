@@ -23,10 +23,11 @@ from ..base.devices import device_peak_flops, to_device
 from ..base.files import append_jsonl, atomic_write_json, read_json, read_jsonl
 from ..model.checkpoints import logged_losses, model_card, save
 from ..model.sizes import FLOP_CONVENTION, flops_per_token
+from .checks import CheckedPretrain
 from .objectives import attention_span, lm_loss, make_batch
 from .setup import HELDOUT_SEED, Run, heldout_first_token, setup
-from .train_state import (StateError, TrainState, atomic_dir, save_training_state, seal_state,
-                                            state_folder, write_state)
+from .train_state import (StateError, TrainState, atomic_dir, owner_writes_only, save_training_state,
+                                            seal_state, state_folder, write_state)
 from ..protocol.runs import PretrainConfig, pretrain_config
 from ..protocol.schedules import Phase, drawn_phase, phase_at, switch_steps
 
@@ -252,7 +253,7 @@ def keep_checkpoint(run: Run, state: TrainState, phase_index: int, phase: Phase)
 def link_state(run: Run, source: Path) -> Path:
     "The run's `state/`, atomically, as hard links to the files of the state `source` just written (copies where links cannot be made)."
     def write(tmp):
-        if run.is_main: _link_tree(source, tmp)
+        if run.is_main: _link_tree(source, tmp); owner_writes_only(tmp)   # its folder too, whatever the umask
     return atomic_dir(run.state_dir, write, run)
 
 # %% ../../nbs/pretraining/04_loop.ipynb #5a95aa19
@@ -274,11 +275,12 @@ def save_if_due(run: Run, state: TrainState, phase_index: int, phase: Phase) -> 
     else: save_training_state(run, state)
 
 # %% ../../nbs/pretraining/04_loop.ipynb #77667943
-def pretrain(cfg: PretrainConfig,  # a checked config (`mlmclm.protocol.runs.pretrain_config`)
-            ) -> Path:             # the run folder
+def pretrain(cfg: PretrainConfig | CheckedPretrain,  # a config (`mlmclm.protocol.runs.pretrain_config`), or one checked already (`checked_pretrain`)
+            ) -> Path:                               # the run folder
     "Run (or resume) one pretraining run; returns its folder under `out_dir`."
     from tqdm.auto import tqdm
     run, state = setup(cfg)
+    cfg = run.cfg
     batches = batch_stream(run, state)
     bar = tqdm(total=cfg.total_steps, initial=state.step, disable=not (cfg.progress and run.is_main), desc=run.run_id,
                unit='step')
@@ -293,15 +295,15 @@ def pretrain(cfg: PretrainConfig,  # a checked config (`mlmclm.protocol.runs.pre
             bar.update(1); bar.set_postfix(phase=phase.label, loss=f'{loss:.3f}')
             log_metrics(run, state, phase_index, phase, loss, lr, throughput, spans)
             save_if_due(run, state, phase_index, phase)
-    finally:   # stop the prefetching thread here, also on errors (not at interpreter exit); let the run go
+    finally:   # also on errors: stop the prefetching thread (not at interpreter exit), let the run go, close the trackers
         batches.close()
         if state.step < run.last_step: run.release()
+        run.trackers.finish()   # no tracker run left open: the next run in this process starts its own
     bar.close()
     if run.is_main and state.step == cfg.total_steps and cfg.save:   # save=False leaves no model: not a done run
         atomic_write_json(run.folder/'done.json', dict(step=state.step, tokens_seen=state.tokens_seen, run_id=run.run_id,
                                                        data=_tokens_read(run, state)))
     run.release()   # after done.json: whoever looks next finds the run done, never free and unfinished
-    run.trackers.finish()
     return run.folder
 
 # %% ../../nbs/pretraining/04_loop.ipynb #d76c6f03

@@ -29,7 +29,7 @@ from ..model.checkpoints import check_finite_weights, load
 from ..model.memory import MEASURED
 from ..model.sizes import flops_per_token, memory_estimate, memory_line
 from ..model.transformer import Transformer, attention_kernel, build_model, compile_blocks, default_backend
-from .checks import checkpoint_steps, check_pretrain_config
+from .checks import CheckedPretrain, checked_pretrain, checkpoint_steps
 from .train_state import TrainState, load_training_state, recover_swaps, state_folder
 from ..protocol.paper import AdamW
 from ..protocol.runs import PretrainConfig, grad_accum, pretrain_run
@@ -328,10 +328,11 @@ def _truncate_metrics(path: Path, step: int) -> None:
     if text != path.read_text(encoding='utf-8'): atomic_write_text(path, text)
 
 # %% ../../nbs/pretraining/03_setup.ipynb #f11cfa13
-def setup(cfg: PretrainConfig,  # a checked config (`mlmclm.protocol.runs.pretrain_config`)
+def setup(cfg: PretrainConfig | CheckedPretrain,  # a config, checked here; or one checked already (`checked_pretrain`), taken as it is
          ) -> tuple[Run, TrainState]:
     "Everything a run needs, built in a fixed order (checks, claim, data, folder, seed, model, processes, resume), and where it starts."
-    phases = check_pretrain_config(cfg)
+    checked = checked_pretrain(cfg)   # the one check of this process's config, unless its launcher made it
+    cfg, phases = checked.cfg, list(checked.phases)
     acc = _accelerator(cfg)
     accumulation = grad_accum(cfg.global_batch, cfg.batch_size, acc.num_processes)   # refused here if it does not divide
     held = _claim_run(cfg, acc)

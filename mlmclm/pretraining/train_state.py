@@ -6,13 +6,14 @@
 from __future__ import annotations
 
 import contextlib
-import errno
+import dataclasses
 import hashlib
 import json
 import os
 import pwd
 import re
 import shutil
+import stat
 import time
 import torch
 import warnings
@@ -20,13 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..base.configs import ConfigError
+from ..base.disks import FULL_DISK_BYTES, full_disk_error
 from ..base.files import atomic_write_json, read_json
 from ..data.token_store import TokenStore
+from ..protocol.schedules import Phase
 
 # %% auto #0
-__all__ = ['COMPLETE', 'STATE_MANIFEST', 'FULL_DISK_BYTES', 'STATE_CHECKSUMS', 'atomic_dir', 'recover_swaps', 'state_folder',
-           'TrainState', 'write_state', 'save_training_state', 'load_training_state', 'StateError', 'seal_state',
-           'trusted_uids', 'check_state_owner', 'check_state', 'check_same_store']
+__all__ = ['COMPLETE', 'STATE_MANIFEST', 'STATE_CHECKSUMS', 'atomic_dir', 'recover_swaps', 'state_folder', 'TrainState',
+           'write_state', 'owner_writes_only', 'save_training_state', 'load_training_state', 'StateError', 'seal_state',
+           'trusted_uids', 'check_state_owner', 'check_state', 'check_same_store', 'trained_spans',
+           'check_same_schedule']
 
 # %% ../../nbs/pretraining/01_train_state.ipynb #311535f0
 COMPLETE = '.complete'   # the last file `atomic_dir` writes into a folder: the copy is whole
@@ -34,6 +38,14 @@ STATE_MANIFEST = 'checksums.json'   # the last file of a training state: bytes a
 
 def _everyone(run) -> None:
     if run is not None: run.acc.wait_for_everyone()
+
+# %% ../../nbs/pretraining/01_train_state.ipynb #256d9c93
+def _write_mark(path: Path, text: str) -> None:
+    "Write the small file `path` writable by its owner alone, whatever the umask (a state's files must be: see `check_state_owner`)."
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try: os.write(fd, text.encode())
+    finally: os.close(fd)
+    os.chmod(path, stat.S_IMODE(os.stat(path).st_mode) & ~0o022)
 
 # %% ../../nbs/pretraining/01_train_state.ipynb #31baed4d
 def _sync_tree(folder: Path) -> None:
@@ -63,7 +75,7 @@ def atomic_dir(final: Path, write, run=None) -> Path:
         raise
     _everyone(run)
     if main:
-        (tmp/COMPLETE).write_text(f'{time.time()}\n')
+        _write_mark(tmp/COMPLETE, f'{time.time()}\n')
         _sync_tree(tmp)
         if final.exists(): os.replace(final, old)
         os.replace(tmp, final)                # a kill between these two renames is repaired by `recover_swaps`
@@ -73,56 +85,10 @@ def atomic_dir(final: Path, write, run=None) -> Path:
     return final
 
 # %% ../../nbs/pretraining/01_train_state.ipynb #fa5a3f79
-FULL_DISK_BYTES = 64 * 2**20   # a write that failed with less free space than this left was stopped by a full disk
-
 def _write_failed(final: Path, tmp: Path, error: BaseException) -> OSError | None:
     "After a failed write of `final`: its temporary folder `tmp` removed; the error that names a full disk, if it was one."
-    written = sum(p.stat().st_size for p in tmp.rglob('*') if p.is_file()) if tmp.is_dir() else 0
-    usage = shutil.disk_usage(final.parent)            # before the partial copy goes: what the writer saw
-    shutil.rmtree(tmp, ignore_errors=True)
-    if not (_no_space(error) or usage.free < FULL_DISK_BYTES): return None
-    mount = final.parent.resolve()
-    while not os.path.ismount(mount): mount = mount.parent
-    kept = f'{final} is unchanged' if final.exists() else f'{final} was not written'
-    return OSError(errno.ENOSPC, f'the disk is full: writing {final} failed with {_size(usage.free)} free of '
-                   f'{_size(usage.total)} on the file system mounted at {mount}{_mounted_from(mount)}, which holds '
-                   f'{final.parent} (the writer said: {_first_failure(error)}). The partial copy {tmp} '
-                   f'({_size(written)}) was removed and {kept}. Free space there (or point out_dir elsewhere) '
-                   f'and run again: it resumes from the last state saved')
-
-# %% ../../nbs/pretraining/01_train_state.ipynb #f271ccc7
-def _size(n: int) -> str: return f'{n / 2**30:.2f} GiB' if n >= 2**30 else f'{n / 2**20:.1f} MiB'
-
-# %% ../../nbs/pretraining/01_train_state.ipynb #9e822dfc
-def _mounted_from(mount: Path) -> str:
-    "' (<device>, <type>)' of the file system mounted at `mount`, from /proc/mounts where there is one."
-    try: rows = [line.split() for line in Path('/proc/mounts').read_text().splitlines()]
-    except OSError: return ''
-    found = [r for r in rows if len(r) > 2 and r[1] == str(mount)]
-    return f' ({found[-1][0]}, {found[-1][2]})' if found else ''
-
-# %% ../../nbs/pretraining/01_train_state.ipynb #50484525
-def _first_failure(error: BaseException) -> str:
-    "One line of what failed: the first process's error inside DCP's `CheckpointException` (its text is whole tracebacks)."
-    failures = getattr(error, 'failures', None)
-    if isinstance(failures, dict) and failures:
-        first = failures[min(failures)]
-        error = first[0] if isinstance(first, tuple) else first
-    return f'{type(error).__name__}: {" ".join(str(error).split())[:300]}'
-
-# %% ../../nbs/pretraining/01_train_state.ipynb #1e583823
-def _no_space(error: BaseException) -> bool:
-    "Whether `error`, or an error it wraps (its causes; DCP's per-process failures), is ENOSPC or EDQUOT."
-    seen, todo = set(), [error]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen: continue
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT): return True
-        failures = getattr(e, 'failures', None)        # torch.distributed.checkpoint's CheckpointException
-        wrapped = [f[0] if isinstance(f, tuple) else f for f in failures.values()] if isinstance(failures, dict) else []
-        todo += [e.__cause__, e.__context__, *wrapped]
-    return False
+    return full_disk_error(final, tmp, error, 'run again (or point out_dir elsewhere): it resumes from the last state saved',
+                           FULL_DISK_BYTES)
 
 # %% ../../nbs/pretraining/01_train_state.ipynb #b317ac1d
 def recover_swaps(parent: Path) -> list[str]:
@@ -173,7 +139,7 @@ def _quiet_dcp():
 
 # %% ../../nbs/pretraining/01_train_state.ipynb #d3059c68
 def write_state(run, state, folder: Path) -> None:
-    "Every process: its shards of weights and optimizer (DCP); the main process: `trainer.pt` (schedule, step, RNG, data position), then the checksums."
+    "Every process: its shards of weights and optimizer (DCP); the main process: `trainer.pt` (schedule, step, RNG, data position, phases), then the checksums; every file writable by its owner alone."
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
     if run.is_main: folder.mkdir(parents=True, exist_ok=True)
@@ -184,10 +150,12 @@ def write_state(run, state, folder: Path) -> None:
     hashed = _everyones(run, _hash_files(_shards_of(folder, run.acc.process_index)))   # each its own, at once
     if run.is_main:
         extra = dict(tokens_seen=state.tokens_seen, run_id=run.run_id, data_offset=run.data_offset,
-                     store_id=run.store.store_id, processes=run.acc.num_processes, sharding=run.sharding)
+                     store_id=run.store.store_id, processes=run.acc.num_processes, sharding=run.sharding,
+                     phases=[dataclasses.asdict(p) for p in run.phases])   # what its steps trained (`check_same_schedule`)
         torch.save(dict(scheduler=run.scheduler.state_dict(), step=state.step, torch_rng=torch.get_rng_state(),
                         extra=json.dumps(extra)), folder/'trainer.pt')
         _seal_written(folder, {k: v for table in hashed for k, v in table.items()})
+        owner_writes_only(folder)   # whatever the umask: a state others may write is refused at resume
 
 # %% ../../nbs/pretraining/01_train_state.ipynb #d0072785
 def _everyones(run, value) -> list:
@@ -205,6 +173,15 @@ def _shards_of(folder: Path, rank: int) -> list[Path]:
 def _hash_files(paths: list[Path]) -> dict:
     "Bytes and SHA-256 of each file, by name."
     return {p.name: dict(bytes=p.stat().st_size, sha256=_sha256(p)) for p in paths}
+
+# %% ../../nbs/pretraining/01_train_state.ipynb #6a6caf96
+def owner_writes_only(folder: Path) -> None:
+    "Take the group's and others' write permission off `folder` and everything in it (what is not ours is left as it is)."
+    for p in [Path(folder), *Path(folder).rglob('*')]:
+        st = p.lstat()
+        if stat.S_ISLNK(st.st_mode) or not st.st_mode & 0o022: continue
+        try: os.chmod(p, stat.S_IMODE(st.st_mode) & ~0o022)
+        except PermissionError: pass   # another user's file: `check_state_owner` names it at resume
 
 # %% ../../nbs/pretraining/01_train_state.ipynb #30f18c42
 def save_training_state(run, state) -> Path:
@@ -248,6 +225,7 @@ def _load_dcp_state(run, folder: Path):
     trainer = torch.load(folder/'trainer.pt', weights_only=True)
     extra = json.loads(trainer['extra'])
     check_same_store(run.store, folder, extra)   # before the weights are read
+    check_same_schedule(run, folder, extra, trainer['step'])
     opt = _optimizer(run.optimizer)
     with _quiet_dcp():
         model_sd, optim_sd = get_state_dict(run.model, opt)       # (also creates the empty AdamW moments to fill)
@@ -274,6 +252,7 @@ def _load_legacy_state(run, folder: Path):
     sd = _legacy_file(folder, 'model.safetensors', lambda p: load_file(str(p)))
     st = _legacy_file(folder, 'state.pt', lambda p: torch.load(p, weights_only=True))
     check_same_store(run.store, folder, json.loads(st['extra']))
+    check_same_schedule(run, folder, json.loads(st['extra']), st['step'])
     if run.raw_model.config.tie_word_embeddings: sd['lm_head.weight'] = sd['model.embed_tokens.weight']
     run.raw_model.load_state_dict(sd)
     _optimizer(run.optimizer).load_state_dict(st['optimizer']); run.scheduler.load_state_dict(st['scheduler'])
@@ -393,6 +372,10 @@ def _user(uid: int) -> str:
     try: return pwd.getpwuid(uid).pw_name
     except KeyError: return str(uid)
 
+# %% ../../nbs/pretraining/01_train_state.ipynb #694f6898
+_UNPICKLES = (f'Resuming a state unpickles its files (DCP\'s .metadata), so whoever can write them can run code as you, '
+              f'and its {STATE_MANIFEST} cannot tell (they can rewrite it too).')
+
 # %% ../../nbs/pretraining/01_train_state.ipynb #776194b6
 def trusted_uids(trust: str | None  # `trust_state_from`: None (you alone), user names or uids (comma list), or 'any'
                 ) -> set[int] | None:
@@ -411,17 +394,24 @@ def trusted_uids(trust: str | None  # `trust_state_from`: None (you alone), user
 def check_state_owner(folder: str | Path,        # a training-state folder
                       trust: str | None = None,  # `trust_state_from` (`trusted_uids`)
                      ) -> None:
-    "Refuse a state that anyone but you (or the users `trust` names) owns, or holds a file of: a resume unpickles it."
+    """Refuse a state that anyone but you (or the users `trust` names) owns or holds a file of, or that its group or
+    others may write (the folder or a file in it): a resume unpickles it. `trust='any'` accepts any state."""
     if (trusted := trusted_uids(trust)) is None: return
     folder = Path(folder)
     for path in [folder, *sorted(folder.rglob('*'))]:
-        if (uid := path.lstat().st_uid) in trusted: continue
-        me, owner = os.geteuid(), _user(uid)
-        raise StateError(f"the training state {folder} cannot be resumed: {path} belongs to user {owner!r} (uid {uid}), "
-                         f"not to you ({_user(me)!r}, uid {me}). Resuming a state unpickles its files (DCP's .metadata), "
-                         f"so whoever can write them can run code as you, and its {STATE_MANIFEST} cannot tell (they can "
-                         f"rewrite it too). Nothing was read from it. If you trust {owner!r}: trust_state_from={owner!r} "
-                         f"(or 'any'); else start from their model checkpoint with init_from= (weights only, no pickle)")
+        st = path.lstat()
+        if st.st_uid not in trusted:
+            me, owner = os.geteuid(), _user(st.st_uid)
+            raise StateError(f"the training state {folder} cannot be resumed: {path} belongs to user {owner!r} (uid "
+                             f"{st.st_uid}), not to you ({_user(me)!r}, uid {me}). {_UNPICKLES} Nothing was read from it. "
+                             f"If you trust {owner!r}: trust_state_from={owner!r} (or 'any'); else start from their "
+                             f"model checkpoint with init_from= (weights only, no pickle)")
+        if st.st_mode & 0o022 and not stat.S_ISLNK(st.st_mode):
+            raise StateError(f"the training state {folder} cannot be resumed: {path} may be written by "
+                             f"{'others' if st.st_mode & 0o002 else 'its group'} (mode {stat.S_IMODE(st.st_mode):o}; "
+                             f"written under a umask such as 000 or 002). {_UNPICKLES} Nothing was read from it. If no one "
+                             f"else could have changed it, make it writable by you alone and run again: chmod -R go-w "
+                             f"{folder}; else start from its model checkpoint with init_from= (weights only, no pickle)")
 
 # %% ../../nbs/pretraining/01_train_state.ipynb #5d931f99
 def _resume_instead(folder: Path) -> str:
@@ -474,3 +464,55 @@ def _recorded_store(folder: Path, store_id: str) -> str:
         if data.get('store_id') == store_id and data.get('store'):
             return f"folder {data['store']}" + ('' if Path(data['store']).is_dir() else ', no longer there')
     return 'its folder is not recorded'
+
+# %% ../../nbs/pretraining/01_train_state.ipynb #f543c7f8
+def trained_spans(phases: list[Phase], step: int) -> list[tuple]:
+    """(first step, end step, what) of the steps before `step` that `phases` train, consecutive equal phases merged; what:
+    a phase's label, and for a moving mask ratio also where its phase starts and how long it is (its ratio at a step
+    depends on both)."""
+    spans, start = [], 0
+    for p in phases:
+        if start >= step: break
+        end, what = min(start + p.steps, step), (p.label, start, p.steps) if p.moving else p.label
+        if spans and spans[-1][2] == what and not p.moving: spans[-1] = (spans[-1][0], end, what)
+        else: spans.append((start, end, what))
+        start += p.steps
+    return spans
+
+# %% ../../nbs/pretraining/01_train_state.ipynb #4df1452f
+def _recorded_phases(folder: Path, extra: dict) -> list[Phase] | None:
+    """The phases the state `folder` trained: as its `trainer.pt` records them, else (a state written before they were)
+    as its checkpoint's `mlmclm.json` or its run's `run.json` say; None where nothing says."""
+    found = extra.get('phases')
+    for record in (folder.parent/'mlmclm.json', folder.parent/'run.json', folder.parent.parent.parent/'run.json'):
+        if found is not None: break
+        try: found = read_json(record).get('phases')
+        except (OSError, ValueError, AttributeError): continue
+    return [Phase(p['objective'], p['steps'], p.get('mask_ratio')) for p in found] if found else None
+
+def _spans_text(spans: list[tuple]) -> str:
+    "`trained_spans` in words: 'mlm40 for 4 steps, then clm for 4 steps'."
+    return ', then '.join(f'{w} for {b - a:,} steps' if isinstance(w, str) else
+                          f'{w[0]} for {b - a:,} steps of a phase of {w[2]:,}' for a, b, w in spans)
+
+# %% ../../nbs/pretraining/01_train_state.ipynb #74b4c182
+def check_same_schedule(run,          # the prepared run that resumes (its phases and config)
+                        folder: Path, # the training state it resumes
+                        extra: dict,  # the state's record (`trainer.pt`'s `extra`)
+                        step: int,    # the state's step
+                       ) -> None:
+    """Refuse to resume a state whose first `step` steps trained another schedule than this run's: its records (run.json,
+    checkpoints, model cards) would name phases its model never trained. `on_config_change='resume_anyway'` accepts
+    the difference, warned of."""
+    theirs = _recorded_phases(folder, extra)
+    if theirs is None or (had := trained_spans(theirs, step)) == (ours := trained_spans(run.phases, step)): return
+    said = (f'the training state {folder} trained {_spans_text(had)}, but the schedule of this run '
+            f'({run.cfg.schedule!r}) says its first {step:,} steps trained {_spans_text(ours)}')
+    if run.cfg.on_config_change == 'resume_anyway':
+        warnings.warn(f"{said}; resumed anyway (on_config_change='resume_anyway'): this run's records name its own "
+                      f"schedule, not what those steps trained", RuntimeWarning, stacklevel=2)
+        return
+    raise StateError(f"{said}. Resumed, its run.json, checkpoints and model cards would name a schedule its model never "
+                     f"trained. No weights were read. Give a schedule that agrees with the state's up to step {step:,} "
+                     f"(a moving mask ratio with its phase's whole length), or accept the difference with "
+                     f"on_config_change='resume_anyway'")

@@ -58,11 +58,12 @@ def run_name(run: RunName) -> str:
 
 # %% ../../nbs/protocol/01_run_names.ipynb #a38e9ad4
 def _labels() -> str:
-    """The phase labels the table allows, as a regular expression: 'clm|mlm\\d{2}|mntp\\d{2}', then the compound ones
+    """The phase labels the table allows, as a regular expression: 'clm|mlm\\d{1,2}|mntp\\d{1,2}' (a ratio under 10% in
+    one digit, as `Phase.label` writes it, or two: 'mlm5', 'mlm05'), then the compound ones
     (a mixture '50clm+50mlm40', a moving ratio 'mlm30to5'; `Phase` checks them whole). Read at each call."""
     names, masked = '|'.join(OBJECTIVES), '|'.join(o.name for o in OBJECTIVES.values() if o.masked)
     part = rf'\d+(?:{names})(?:\d+(?:to\d+)*)?'
-    plain = '|'.join(o.name + (r'\d{2}' if o.masked else '') for o in OBJECTIVES.values())
+    plain = '|'.join(o.name + (r'\d{1,2}' if o.masked else '') for o in OBJECTIVES.values())
     return rf'{plain}|{part}(?:\+{part})+|(?:{masked})\d+(?:to\d+)+'
 
 # %% ../../nbs/protocol/01_run_names.ipynb #db50b873
@@ -71,7 +72,7 @@ def phase_of_label(label: str,  # a released phase label: 'clm', 'mlm40', 'mntp3
                   ) -> Phase:
     "The phase a label spells, trained for `steps` steps (the inverse of `Phase.label`)."
     if re.search(r'\+|\dto\d', label): return Phase(label, steps)   # a mixture or a moving ratio, checked whole
-    m = re.fullmatch(r'([a-z]+)(\d{2})?', label)
+    m = re.fullmatch(r'([a-z]+)(\d{1,2})?', label)
     obj = objective_of(m.group(1) if m else label)
     if obj.masked != bool(m.group(2)): raise ValueError(f'phase label {label!r}: expected {obj.label(0.4)!r}-like')
     return Phase(obj.name, steps, int(m.group(2)) / 100 if obj.masked else None)

@@ -455,6 +455,7 @@ def work_claim_path(store: str | Path, work: str) -> Path:
 def claim_work(store: str | Path, work: str, lease_s: float = LEASE_S):
     "Claim `work` on `store` for the block; yields False (holding nothing) when a live worker has it."
     held = try_claim(work_claim_path(store, work), lease_s, note=work)
+    if held is not None: held.release_on_sigterm()   # a cancelled Slurm task frees its run at once (SIGTERM, then SIGKILL)
     try: yield held is not None
     finally:
         if held is not None: held.release()

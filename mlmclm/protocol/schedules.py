@@ -218,7 +218,7 @@ def _named_schedule(schedule, total_steps, clm_steps, clm_fraction, mask_ratio) 
 def _phase_list(schedule: str, mask_ratio: float) -> list[Phase]:
     phases = []
     for part in schedule.split(','):
-        m = re.fullmatch(rf'\s*({"|".join(OBJECTIVES)})(\d{{2}})?\s*:\s*(\d+)\s*', part)
+        m = re.fullmatch(rf'\s*({"|".join(OBJECTIVES)})(\d{{1,2}})?\s*:\s*(\d+)\s*', part)
         if not m and (c := re.fullmatch(r'\s*([a-z0-9+]*(?:\+|\dto\d)[a-z0-9+]*|\d+[a-z][a-z0-9]*)\s*:\s*(\d+)\s*', part)):
             if int(c.group(2)) < 1: raise ConfigError(f'phase {part.strip()!r} has no steps')
             phases.append(Phase(compound_label(c.group(1), mask_ratio), int(c.group(2))))   # read and written canonically

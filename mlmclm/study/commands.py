@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
     p_slurm.add_argument('--what', choices=('finetune', 'pretrain'), default='finetune')
     p_slurm.add_argument('--nodes', type=int, default=1); p_slurm.add_argument('--gpus-per-node', type=int, default=8)
     p_slurm.add_argument('--time', type=int, default=24 * 60, help='pretraining: time limit in minutes (then requeued)')
-    p_slurm.add_argument('--cpus-per-task', type=int, default=8, help='pretraining: CPUs per task (one task per GPU)')
+    p_slurm.add_argument('--cpus-per-task', type=int, default=8, help='CPUs per task (one task per GPU): fine-tuning kernels run that many threads')
     p_status = sub.add_parser('status', help='done / running / stale / to-do per experiment')
     _selection_args(p_status)
     p_status.add_argument('--root', help='study folder (default runs/study-<preset>)')
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
         print(study_status(plan, root, args.lease_s).to_string(index=False))
         print(f"store health: mlmclm results health {root/'results.jsonl'}")
     else:
-        jobs = submit_finetune_array(plan, Path(args.root), Path(args.folder),
+        jobs = submit_finetune_array(plan, Path(args.root), Path(args.folder), cpus_per_task=args.cpus_per_task,
                                      **({'slurm_partition': args.partition} if args.partition else {}))
         print(f'submitted {len(jobs)} array tasks' + (f" (Slurm job array {jobs[0].job_id.split('_')[0]})" if jobs else ''))
 

@@ -27,9 +27,9 @@ from .plan import (EvalPoint, Merge, PlannedRun, StudyPlan, finetune_jobs, merge
                                point_runs, pretrain_params)
 
 # %% auto #0
-__all__ = ['run_notebook', 'make_merge', 'make_merges', 'accelerate_command', 'slurm_nodes', 'refused', 'submit_finetune_array',
-           'study_status', 'PretrainJob', 'pretrain_job_specs', 'submit_pretrain_jobs', 'finetune_params', 'worker_env',
-           'visible_gpus', 'finetune_workers', 'launch']
+__all__ = ['run_notebook', 'make_merge', 'make_merges', 'accelerate_command', 'slurm_nodes', 'refused', 'worker_env',
+           'slurm_threads', 'submit_finetune_array', 'study_status', 'PretrainJob', 'pretrain_job_specs',
+           'submit_pretrain_jobs', 'finetune_params', 'visible_gpus', 'finetune_workers', 'launch']
 
 # %% ../../nbs/study/01_launchers.ipynb #ff45ebc3
 def run_notebook(notebook: str,       # a launcher notebook in nbs/
@@ -121,15 +121,38 @@ def _job_params(point: StudyPlan, run: FinetuneRun, root: str, overrides: dict) 
     return finetune_params(point, point.evals[0], Path(root), **overrides) | dict(
         tasks=','.join(run.datasets), lrs=str(run.lr), seeds=str(run.seed))
 
+# %% ../../nbs/study/01_launchers.ipynb #e9642321
+@contextlib.contextmanager
+def worker_env(threads: int | None = None,  # torch threads of the kernels started inside the block (None: unchanged)
+               device: str | None = None,   # the one GPU they see (`CUDA_VISIBLE_DEVICES`; None: unchanged)
+              ):
+    "Notebook kernels (and processes) started inside this block use `threads` threads (torch, OpenMP, MKL, tokenizers) and see only GPU `device`."
+    changes = ({k: str(threads) for k in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS', 'RAYON_NUM_THREADS')} if threads else {}) | \
+              ({'CUDA_VISIBLE_DEVICES': device} if device is not None else {})
+    old = {k: os.environ.get(k) for k in changes}
+    os.environ.update(changes)
+    try: yield
+    finally:
+        for k, v in old.items():
+            if v is None: os.environ.pop(k, None)
+            else: os.environ[k] = v
+
 # %% ../../nbs/study/01_launchers.ipynb #b1347283
+def slurm_threads() -> int | None:
+    "The CPUs Slurm gave this task (`SLURM_CPUS_PER_TASK`): the threads its work should use; None outside Slurm."
+    text = os.environ.get('SLURM_CPUS_PER_TASK', '').strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
 def _finetune_job(point: StudyPlan, run: FinetuneRun, root: str, overrides: dict) -> str:
-    "Run one fine-tuning job (what a Slurm array task executes)."
+    "Run one fine-tuning job (what a Slurm array task executes): its kernel on as many threads as the task has CPUs."
     out = Path(root)/'notebooks'/f"finetune-{point.evals[0].name}-{run.train_task}-lr{run.lr:g}-sd{run.seed}.ipynb"
-    return str(run_notebook('03b_finetune.ipynb', _job_params(point, run, root, overrides), out))
+    with worker_env(threads=slurm_threads()):
+        return str(run_notebook('03b_finetune.ipynb', _job_params(point, run, root, overrides), out))
 
 # %% ../../nbs/study/01_launchers.ipynb #bb990f36
 def submit_finetune_array(plan: StudyPlan, root: Path, folder: Path, overrides: dict | None = None,
                           include_done: bool = False,  # also submit jobs whose rows are all in the store
+                          cpus_per_task: int = 8,      # CPUs each task asks, and the threads its kernel runs on
                           **slurm) -> list:
     "Submit the fine-tuning grid's missing jobs as one Slurm job array (submitit); `slurm`: e.g. slurm_partition."
     import submitit
@@ -145,7 +168,7 @@ def submit_finetune_array(plan: StudyPlan, root: Path, folder: Path, overrides: 
     first, run = jobs[0]
     finetune_config(**_job_params(points[first.name], run, str(root), overrides or {}))   # bad values stop here
     executor = submitit.AutoExecutor(folder=str(folder))
-    executor.update_parameters(**{'timeout_min': 120, 'gpus_per_node': 1, **slurm})
+    executor.update_parameters(**{'timeout_min': 120, 'gpus_per_node': 1, 'cpus_per_task': cpus_per_task, **slurm})
     n = len(jobs)
     try: return executor.map_array(_finetune_job, [points[e.name] for e, _ in jobs], [r for _, r in jobs],
                                    [str(root)] * n, [overrides or {}] * n)
@@ -176,7 +199,9 @@ class PretrainJob:
     def __init__(self, params: dict): self.params = params     # `pretrain_config` parameters (`pretrain_params`)
 
     def __call__(self) -> str:
+        import torch
         from mlmclm.pretraining.loop import pretrain
+        if threads := slurm_threads(): torch.set_num_threads(threads)   # the task's CPUs, not every core of the node
         if int(os.environ.get('SLURM_NTASKS', '1')) > 1:   # one run over all tasks of the job
             import submitit
             submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
@@ -240,22 +265,6 @@ def finetune_params(plan: StudyPlan, e: EvalPoint, root: Path, **overrides) -> d
     if cell: raise ConfigError(f'{cell} in the overrides of one job: a protocol axis is part of each run\'s key, which the '
                                'plan has computed already; give it to the plan (a protocol cell, or finetune_overrides)')
     return p | plan.finetune_overrides | dict(e.protocol) | overrides
-
-# %% ../../nbs/study/01_launchers.ipynb #e9642321
-@contextlib.contextmanager
-def worker_env(threads: int | None = None,  # torch threads of the kernels started inside the block (None: unchanged)
-               device: str | None = None,   # the one GPU they see (`CUDA_VISIBLE_DEVICES`; None: unchanged)
-              ):
-    "Notebook kernels (and processes) started inside this block use `threads` torch threads and see only GPU `device`."
-    changes = ({'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads)} if threads else {}) | \
-              ({'CUDA_VISIBLE_DEVICES': device} if device is not None else {})
-    old = {k: os.environ.get(k) for k in changes}
-    os.environ.update(changes)
-    try: yield
-    finally:
-        for k, v in old.items():
-            if v is None: os.environ.pop(k, None)
-            else: os.environ[k] = v
 
 # %% ../../nbs/study/01_launchers.ipynb #bde92fa9
 def visible_gpus() -> list[str]:
