@@ -1,9 +1,10 @@
-"""The docs without Quarto: README.md from nbs/index.ipynb, and the HTML site of every notebook in _docs/ (Sphinx).
+"""The docs without Quarto: README.md from nbs/index.ipynb, the guide pages that carry numbers from their templates, and
+the HTML site of every notebook and page in _docs/ (Sphinx).
 
-Both come from the committed notebooks and their saved outputs (`.ci/outputs.py`): nothing is executed here.
+All come from the committed notebooks, pages and their saved outputs (`.ci/outputs.py`): nothing is executed here.
 
-    .venv/bin/python .ci/docs.py readme         # rewrite README.md from nbs/index.ipynb
-    .venv/bin/python .ci/docs.py check-readme   # fail if README.md is not what index.ipynb renders to (the test command)
+    .venv/bin/python .ci/docs.py readme         # rewrite README.md from nbs/index.ipynb, nbs/guide/*.md from *.md.in
+    .venv/bin/python .ci/docs.py check-readme   # fail if one of them is not what its source renders to (the test command)
     .venv/bin/python .ci/docs.py html [DIR]     # the site in DIR (default _docs/); fails on a broken link or anchor
     .venv/bin/python .ci/docs.py browser [DIR] [SHOTS]   # open it in headless Chromium, with screenshots in SHOTS
                                                          # (default runs/docs-check/); Debian: apt-get install chromium
@@ -13,12 +14,15 @@ README and the site fill it in from the committed demo results (`NUMBERS` below)
 as committed in `figures/demo/`, read from their copy in `tests/fixtures/demo/` (which the tests keep equal to the
 committed files, and which no demo run rewrites: a rerun on another CPU changes `figures/demo/`, not the README's
 source), and the measured times of `figures/demo/timings.json`. So the README cannot drift from them, and
-`check-readme` fails when they change until `docs.py readme` is run.
+`check-readme` fails when they change until `docs.py readme` is run. A guide page that carries numbers
+(`nbs/guide/<page>.md`) is written the same way from its template `nbs/guide/<page>.md.in`, and committed filled, so
+that it reads right on a forge as in the site; the site refuses a page with a `{{name args}}` left in it.
 
 The site is built by Sphinx with myst-nb from `.ci/sphinx/conf.py` (which says why that builder): `index.html` is the
-rendered `index.ipynb` (the README), every notebook and `protocol.md` is a page with the saved outputs, each notebook
-is followed by the API of the module it exports with nbdev's parameter tables, and Sphinx resolves, copies and checks
-every link and image (`-W`: a warning fails the build). Cells tagged `#| hide` and nbdev's `#|` lines are left out.
+rendered `index.ipynb` (the README), every notebook, `protocol.md` and each guide page is a page with the saved
+outputs, each notebook is followed by the API of the module it exports with nbdev's parameter tables, and Sphinx
+resolves, copies and checks every link and image (`-W`: a warning fails the build). Cells tagged `#| hide` and nbdev's
+`#|` lines are left out.
 """
 import base64
 import fcntl
@@ -36,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NBS = ROOT/'nbs'
 CONF = ROOT/'.ci'/'sphinx'   # conf.py: the builder's settings and its two hooks (the notebooks as shown, parameter tables)
+GUIDE = NBS/'guide'          # the guide pages (Markdown); <page>.md.in: the template of a page that carries numbers
 
 
 def readme_text() -> str:
@@ -49,6 +54,15 @@ def readme_text() -> str:
     body, _ = MarkdownExporter().from_notebook_node(nb)
     body = re.sub(r'\n{3,}', '\n\n', body).strip() + '\n'
     return body
+
+
+def generated_pages() -> dict[Path, str]:
+    "Every generated page, path -> text: README.md, and each guide page that has a template (`<page>.md.in`)."
+    note = '<!-- Written by `.ci/docs.py readme` from {}: edit that, then run it. -->\n\n'
+    pages = {ROOT/'README.md': readme_text()}
+    for template in sorted(GUIDE.glob('*.md.in')):
+        pages[template.with_suffix('')] = note.format(template.name) + fill(template.read_text(encoding='utf-8'))
+    return pages
 
 
 # ---------------------------------------------------------------- numbers from the committed results
@@ -123,11 +137,13 @@ def intermediate_tasks() -> str:
             f"({', '.join(f'{r.family}: `{r.dataset}`' for r in tasks.itertuples())})")
 
 
+COUNTS = {'finetune_runs': len, 'checkpoints': lambda r: r.checkpoint_name.nunique(), 'seeds': lambda r: r.seed.nunique()}
+
+
 def count(what: str) -> str:
-    "How many of `what` `results.csv` holds: 'finetune_runs' (rows), 'checkpoints' (the control's included)."
-    res = _demo_results()
-    n = len(res) if what == 'finetune_runs' else res.checkpoint_name.nunique()
-    return f'{n:,}'
+    "How many of `what` `results.csv` holds: 'finetune_runs' (rows), 'checkpoints' (the control's included), 'seeds'."
+    if what not in COUNTS: raise KeyError(f'{{{{count {what}}}}}: no such count; known: {sorted(COUNTS)}')
+    return f'{COUNTS[what](_demo_results()):,}'
 
 
 def directions_summary() -> str:
@@ -319,12 +335,16 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ('readme', 'check-readme', 'html', 'browser'):
         print(__doc__); return 2
     if argv[0] == 'readme':
-        (ROOT/'README.md').write_text(readme_text(), encoding='utf-8'); return 0
+        for path, text in generated_pages().items(): path.write_text(text, encoding='utf-8')
+        return 0
     if argv[0] == 'check-readme':
-        if (ROOT/'README.md').read_text(encoding='utf-8') != readme_text():
-            print('FAIL: README.md is not what nbs/index.ipynb renders to; run `.venv/bin/python .ci/docs.py readme`')
-            return 1
-        print('README.md matches nbs/index.ipynb'); return 0
+        pages = generated_pages()
+        stale = [p for p, text in pages.items() if not p.is_file() or p.read_text(encoding='utf-8') != text]
+        for p in stale:
+            source = 'nbs/index.ipynb' if p.name == 'README.md' else f'{p.name}.in'
+            print(f'FAIL: {p.relative_to(ROOT)} is not what {source} renders to; run `.venv/bin/python .ci/docs.py readme`')
+        if not stale: print(f'README.md matches nbs/index.ipynb; {len(pages) - 1} guide page(s) match their templates')
+        return 1 if stale else 0
     site = Path(argv[1]) if len(argv) > 1 else ROOT/'_docs'
     if argv[0] == 'browser': return browser_check(site, Path(argv[2]) if len(argv) > 2 else ROOT/'runs'/'docs-check')
     problems = write_html(site)

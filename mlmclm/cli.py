@@ -5,11 +5,13 @@
 # %% ../nbs/package/01_cli.ipynb #cb832114
 from __future__ import annotations
 
+import argparse
+import contextlib
 import importlib.util
 import sys
 
 # %% auto #0
-__all__ = ['COMMANDS', 'SUBCOMMANDS', 'usage', 'main']
+__all__ = ['COMMANDS', 'SUBCOMMANDS', 'usage', 'program', 'as_command', 'main']
 
 # %% ../nbs/package/01_cli.ipynb #f8b8726f
 # command -> (module whose `main(argv)` runs it, arguments put before the user's, one line of help)
@@ -28,8 +30,8 @@ COMMANDS = {
     'merge': ('mlmclm.model.checkpoints', ['merge'], 'a linear merge of checkpoints of one shape: merge OUT CKPT:W CKPT:W ...'),
 }
 
-# (command, subcommand) -> the module whose `main(argv)` runs it, when a later module than the command's
-SUBCOMMANDS = {('results', 'rank'): 'mlmclm.results.ranking'}
+# (command, subcommand) -> (the module whose `main(argv)` runs it, one line of help), when a later module than the command's
+SUBCOMMANDS = {('results', 'rank'): ('mlmclm.results.ranking', 'rank clusters of models per dataset and family from paired tests')}
 
 # %% ../nbs/package/01_cli.ipynb #b387bf0f
 def usage() -> str:
@@ -38,6 +40,36 @@ def usage() -> str:
     rows = '\n'.join(f'  {name:<{width}}  {text}' for name, (_, _, text) in COMMANDS.items())
     return (f'usage: mlmclm COMMAND [ARGS ...]\n\ncommands:\n{rows}\n\n'
             '`mlmclm COMMAND --help` lists the arguments of one command.')
+
+# %% ../nbs/package/01_cli.ipynb #c1a0e002
+def program(command: str,              # a key of `COMMANDS`
+            sub: str | None = None,    # its subcommand, when `SUBCOMMANDS` names a later module for it
+           ) -> tuple[str, str]:
+    "(the module that runs `mlmclm COMMAND [SUB]`, the name its parser takes there)."
+    if sub is not None: return SUBCOMMANDS[(command, sub)][0], f'mlmclm {command} {sub}'
+    module, head, _ = COMMANDS[command]
+    return module, 'mlmclm' if head else f'mlmclm {command}'   # a head word is the module parser's own subcommand
+
+# %% ../nbs/package/01_cli.ipynb #c1a0e004
+@contextlib.contextmanager
+def as_command(command: str,             # a key of `COMMANDS`
+               sub: str | None = None,   # its subcommand of a later module (`SUBCOMMANDS`)
+              ):
+    """While the module of `mlmclm COMMAND [SUB]` runs: its parser, named `python -m <module>`, is named as the user
+    called it, and lists the subcommands `SUBCOMMANDS` adds to the command."""
+    module, name = program(command, sub)
+    later = {s: text for (c, s), (_, text) in SUBCOMMANDS.items() if c == command and sub is None}
+    init, add_subparsers = argparse.ArgumentParser.__init__, argparse.ArgumentParser.add_subparsers
+    def named(self, prog=None, *args, **kwargs):
+        init(self, name if prog == f'python -m {module}' else prog, *args, **kwargs)
+    def listing(self, **kwargs):
+        action = add_subparsers(self, **kwargs)
+        if self.prog == name:   # never parsed here: `main` dispatches them first
+            for s, text in later.items(): action.add_parser(s, help=text, add_help=False)
+        return action
+    argparse.ArgumentParser.__init__, argparse.ArgumentParser.add_subparsers = named, listing
+    try: yield name
+    finally: argparse.ArgumentParser.__init__, argparse.ArgumentParser.add_subparsers = init, add_subparsers
 
 # %% ../nbs/package/01_cli.ipynb #8ae212bb
 def main(argv: list[str] | None = None,  # the words after `mlmclm` (default: the command line's)
@@ -52,8 +84,9 @@ def main(argv: list[str] | None = None,  # the words after `mlmclm` (default: th
               file=sys.stderr)
         return 2
     if tuple(argv[:2]) in SUBCOMMANDS:
-        importlib.import_module(SUBCOMMANDS[tuple(argv[:2])]).main(argv[2:])
+        with as_command(*argv[:2]): importlib.import_module(SUBCOMMANDS[tuple(argv[:2])][0]).main(argv[2:])
         return 0
     module, head, _ = COMMANDS[argv[0]]
-    importlib.import_module(module).main(head + argv[1:])   # its own parser exits on bad arguments and on --help
+    with as_command(argv[0]):   # its own parser exits on bad arguments and on --help
+        importlib.import_module(module).main(head + argv[1:])
     return 0

@@ -41,7 +41,8 @@ def test_every_notebook_is_a_page_with_its_saved_outputs(site):
     pages = {p.relative_to(site).as_posix() for p in site.rglob('*.html') if '_static' not in p.parts}
     notebooks = {p.relative_to(docs.NBS).with_suffix('.html').as_posix() for p in docs.NBS.rglob('*.ipynb')
                  if '.ipynb_checkpoints' not in p.parts}
-    assert {'index.html', 'protocol.html'} | notebooks <= pages
+    guide = {f'guide/{p.stem}.html' for p in (docs.NBS/'guide').glob('*.md')}
+    assert guide and {'index.html', 'protocol.html'} | notebooks | guide <= pages
     index = (site/'index.html').read_text()
     assert '{{' not in index and html.escape(docs.fill('{{timing demo}}')) in index   # the README's numbers, filled
     assert all(f'href="{p}"' in index for p in pages - {'index.html', 'genindex.html', 'search.html'})   # the sidebar
@@ -104,19 +105,57 @@ def test_a_broken_link_anchor_or_image_fails_the_build_and_keeps_the_previous_si
     with pytest.raises(SystemExit, match='was not built by this script'): docs.write_html(other, nbs)
 
 
-def test_the_readme_and_the_figures_notebook_name_the_figures_that_exist():
+def test_the_demo_page_and_the_figures_notebook_name_the_figures_that_exist():
     numbers = {int(m) for m in re.findall(r'^fig(\d+)_', '\n'.join(p.name for p in (ROOT/'figures'/'demo').glob('fig*.png')), re.M)}
     last = max(numbers)
     assert numbers == set(range(1, last + 1))
     intro = '\n'.join(''.join(c['source']) for c in json.loads((ROOT/'nbs'/'report'/'00_figures.ipynb').read_text())['cells'][:3])
     assert f'Figures 1–{last}' in intro, intro
-    readme = (ROOT/'README.md').read_text()
-    assert re.findall(r'[Ff]igures? \(?1[–-](\d+)', readme) == [str(last)], re.findall(r'[Ff]igures? \(?1[–-](\d+)', readme)
+    page = (docs.GUIDE/'demo.md').read_text()
+    assert re.findall(r'[Ff]igures? \(?1[–-](\d+)', page) == [str(last)], re.findall(r'[Ff]igures? \(?1[–-](\d+)', page)
 
 
-def test_the_readme_says_where_the_docs_are_and_how_to_check_them():
+def test_the_readme_says_where_the_docs_are_and_the_developing_page_how_to_check_them():
     readme = (ROOT/'README.md').read_text()
-    assert '_docs/index.html' in readme and '.ci/docs.py html' in readme and '.ci/docs.py browser' in readme
+    assert '_docs/index.html' in readme and '.ci/docs.py html' in readme and '(nbs/guide/developing.md)' in readme
+    assert '.ci/docs.py browser' in (docs.GUIDE/'developing.md').read_text()
+
+
+# ---- issue 44 item 3: a README read in minutes, the rest in guide pages the site builds and the README links
+
+def test_the_readme_is_short_and_links_every_guide_page():
+    readme = (ROOT/'README.md').read_text(encoding='utf-8')
+    assert len(readme.encode('utf-8')) <= 12 * 1024, len(readme.encode('utf-8'))
+    linked = set(re.findall(r'\]\(nbs/guide/([\w-]+)\.md(?:#[\w-]+)?\)', readme))
+    assert linked == {p.stem for p in docs.GUIDE.glob('*.md')}, linked
+    assert '](nbs/protocol.md)' in readme and readme.count('![') == 1   # one figure
+    for heading in ('## Quickstart', '## What the demo shows', '**What it can and cannot show.**', '## What is where'):
+        assert heading in readme, heading
+    assert 'bash .ci/demo' in readme and 'bash .ci/test' in readme
+
+
+def test_the_readmes_anchors_into_guide_pages_exist():
+    readme = (ROOT/'README.md').read_text(encoding='utf-8')
+    for page, anchor in re.findall(r'\]\(nbs/guide/([\w-]+)\.md#([\w-]+)\)', readme):
+        headings = re.findall(r'^#+ (.+)$', (docs.GUIDE/f'{page}.md').read_text(encoding='utf-8'), re.M)
+        assert anchor in {re.sub(r'[^\w\- ]', '', h).strip().lower().replace(' ', '-') for h in headings}, (page, anchor)
+
+
+def test_a_page_with_a_number_left_unfilled_fails_the_build(tmp_path):
+    "A guide page's numbers are filled by `docs.py readme` from its template; one written into the page itself is refused."
+    nbs, site = _project(tmp_path/'proj'), tmp_path/'site'
+    (nbs/'protocol.md').write_text('# The protocol\n\n## Rules\n\nThe demo took {{timing demo}}.\n')
+    problems = docs.write_html(site, nbs)
+    assert any('{{timing demo}} is not filled in' in p and 'protocol.md.in' in p for p in problems), problems
+
+
+def test_every_guide_template_renders_to_its_page():
+    pages = docs.generated_pages()
+    templates = sorted(docs.GUIDE.glob('*.md.in'))
+    assert templates and all(t.with_suffix('') in pages for t in templates)
+    for t in templates:
+        page = pages[t.with_suffix('')]
+        assert not docs.PLACEHOLDER.search(page) and page.startswith('<!-- Written by `.ci/docs.py readme`'), t.name
 
 
 @pytest.mark.slow

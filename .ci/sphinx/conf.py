@@ -1,5 +1,5 @@
 """Sphinx settings of the HTML docs (`.ci/docs.py html`): the notebooks of nbs/ with their saved outputs (myst-nb,
-nothing executed), protocol.md, and after each notebook the API of the module it exports (autodoc) with nbdev's
+nothing executed), protocol.md, the guide pages of nbs/guide/, and after each notebook the API of the module it exports (autodoc) with nbdev's
 parameter table built from the docments comments beside the parameters.
 
 Why Sphinx + myst-nb rather than mkdocs + mkdocs-jupyter: myst-nb parses the notebooks' Markdown cells itself, so a link
@@ -16,7 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT/'.ci')]
 from fastcore.docments import docments   # noqa: E402
-from docs import fill   # noqa: E402  the README's {{...}} numbers, filled on the front page as in README.md
+from docs import PLACEHOLDER, fill   # noqa: E402  the README's {{...}} numbers, filled on the front page as in README.md
+from sphinx.util import logging   # noqa: E402
 
 project, author = 'mlmclm', 'mlmclm developers'
 extensions = ['myst_nb', 'sphinx.ext.autodoc']
@@ -34,6 +35,9 @@ html_title = 'mlmclm'
 # the wings in the order the layers go up (.ci/layers.ini); `package` holds the public face and the command line
 WINGS = ['package', 'base', 'protocol', 'data', 'model', 'tasks', 'results', 'pretraining', 'finetuning', 'study', 'report', 'bench']
 html_copy_source = html_show_sourcelink = html_domain_indices = False   # the API is on the notebooks' pages
+# the guide pages (nbs/guide/<page>.md), first in the sidebar, in the order a newcomer reads them (the README links each)
+GUIDE = ['demo', 'running', 'cluster', 'gpu', 'paper-scale', 'checkpoints', 'security', 'measurements', 'developing']
+logger = logging.getLogger(__name__)
 
 
 def _notebook(docname: str, nb: dict, srcdir: Path = ROOT/'nbs') -> dict:
@@ -53,7 +57,9 @@ def _notebook(docname: str, nb: dict, srcdir: Path = ROOT/'nbs') -> dict:
             src = re.sub(r'\]\((?!https?:|#)', '](../', fill(src))   # README.md's links start at the repository's root
         cells.append({**cell, 'source': src})
     nb['metadata']['language_info'] = {'name': 'python'}   # nbdev_clean drops it; the highlighter needs it
-    if docname == 'index':   # the sidebar: the notebooks a user launches, then each wing's chapter in reading order
+    if docname == 'index':   # the sidebar: the guide, the notebooks a user launches, then each wing's chapter in reading order
+        guide = '\n'.join(f'guide/{p}' for p in GUIDE if (Path(srcdir)/'guide'/f'{p}.md').is_file())
+        if guide: cells.append(_markdown('docs-toc-Guide', f'```{{toctree}}\n:hidden:\n:caption: Guide\n\n{guide}\n```'))
         for caption, pattern in [('Launch', '*')] + [(w, f'{w}/*') for w in WINGS if (Path(srcdir)/w).is_dir()]:
             cells.append(_markdown(f'docs-toc-{caption}', f'```{{toctree}}\n:hidden:\n:glob:\n:caption: {caption}\n\n{pattern}\n```'))
     elif module == '__init__':   # the public face documents its own machinery; each public name is documented in its room
@@ -74,7 +80,11 @@ def _pipes_in_code(text: str) -> str:
 def source_read(app, docname: str, source: list) -> None:
     path = Path(app.env.doc2path(docname))
     if path.suffix == '.ipynb': source[0] = json.dumps(_notebook(docname, json.loads(source[0]), app.srcdir))
-    else: source[0] = _pipes_in_code(source[0])
+    else:
+        left = PLACEHOLDER.search(source[0])   # a page's numbers are filled by `.ci/docs.py readme`, from its template
+        if left: logger.warning(f'{left.group(0)} is not filled in: write the page as {path.name}.in and run '
+                                f'`.venv/bin/python .ci/docs.py readme`', location=docname)
+        source[0] = _pipes_in_code(source[0])
 
 
 empty = Parameter.empty

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pandas as pd
+
 from ..base.claims import LEASE_S
 from ..base.files import atomic_write_json, project_root, read_json
 from ..base.records import config_hash, write_run_record
@@ -16,11 +18,11 @@ from .loop import base_model, check_finetune_config, finetune_run
 from ..protocol.finetuning import PROTOCOL_AXES
 from ..protocol.runs import FinetuneConfig, claim_work, finetune_runs, shard_dir, sweep_settings
 from ..results.store import (StoreWriter, check_checkpoint_name, checkpoint_identity, code_version,
-                                  current_rows, missing, read_rows)
+                                  current_rows, load_results, missing, read_rows)
 from ..tasks.registry import TASKS, load_task_revision
 
 # %% auto #0
-__all__ = ['recorded_name', 'finetune_sweep']
+__all__ = ['recorded_name', 'store_results', 'finetune_sweep']
 
 # %% ../../nbs/finetuning/04_sweep.ipynb #ee453ca5
 def _checkpoint_meta(cfg: FinetuneConfig) -> dict:
@@ -59,12 +61,21 @@ def _load_recorded(name: str, cfg: FinetuneConfig, results: Path, meta: dict) ->
     atomic_write_json(record, run)
     return dict(examples, revision=revision)
 
+# %% ../../nbs/finetuning/04_sweep.ipynb #a44e0002
+def store_results(results: Path, # the results store's path
+                 ) -> pd.DataFrame:
+    "What `finetune_sweep` returns: `load_results` of the store, its path in `.attrs['store']`."
+    table = load_results(results)
+    table.attrs['store'] = str(results)
+    return table
+
 # %% ../../nbs/finetuning/04_sweep.ipynb #0e1e69d5
 def finetune_sweep(cfg: FinetuneConfig,
                    force: str | None = None,  # re-run finished runs too; the reason is stored and the new rows supersede
                    lease_s: float = LEASE_S,  # a run claimed by a worker that is gone (or silent this long) is taken over
-                  ) -> Path:
-    "Fine-tune `cfg.checkpoint` on every task × LR × seed not yet in the results store; returns the store's path."
+                  ) -> pd.DataFrame:
+    """Fine-tune `cfg.checkpoint` on every task × LR × seed not yet in the results store; returns the store's results
+    after the sweep (`load_results`: one row per run, of every checkpoint it holds), its path in `.attrs['store']`."""
     from tqdm.auto import tqdm
     tasks, lrs, seeds = check_finetune_config(cfg)
     results = Path(cfg.results or project_root()/'runs'/'finetune'/'results.jsonl')
@@ -73,7 +84,7 @@ def finetune_sweep(cfg: FinetuneConfig,
     # a done run's rows must have run with the settings asked (`runs`: a row's cell), else refused naming the differences
     todo = missing(results, finetune_runs(name, tasks, lrs, seeds, **{a: getattr(cfg, a) for a in PROTOCOL_AXES}), force,
                    asked=lambda run: sweep_settings(cfg, TASKS[run.train_task].max_length))
-    if not todo: return results
+    if not todo: return store_results(results)
     base, tok = base_model(cfg)
     meta, data = _sweep_record(cfg, results, name, ident), {}
     def task(t):   # tag names the dataset itself carries replace the registry's
@@ -90,4 +101,4 @@ def finetune_sweep(cfg: FinetuneConfig,
                 store.append([{**sweep_settings(cfg), **dict(meta, lr=run.lr, seed=run.seed, **r)} for r in rows], supersedes=force)
                 trackers.log({f"{r['dataset']}/{k}": r[k] for r in rows for k in ('val_score', 'test_score')}
                              | dict(lr=run.lr, seed=run.seed))   # one step per finished run
-    return results
+    return store_results(results)

@@ -323,9 +323,9 @@ def command_config(args: list[str]) -> PretrainConfig:
 def main(argv: list[str] | None = None) -> None:
     "`demo`, `run [preset=<name>] key=value ...` or `seal-state FOLDER`."
     argv = sys.argv[1:] if argv is None else argv
-    asked = argv[:1] in (['-h'], ['--help'])   # help asked for: the usage on stdout, exit 0; a wrong call: stderr, 2
+    asked = bool({'-h', '--help'} & set(argv))   # help asked (`run --help` too): the usage on stdout, exit 0; a wrong call: stderr, 2
     if asked or not argv or argv[0] not in ('demo', 'run', 'seal-state') or (argv[0] == 'seal-state' and len(argv) != 2):
-        print('usage: python -m mlmclm.pretraining.loop demo | run [preset=<released name>] key=value ... | seal-state FOLDER\n\n'
+        print('usage: mlmclm pretrain demo | run [preset=<released name>] key=value ... | seal-state FOLDER\n\n'
               + config_help(PretrainConfig), file=sys.stdout if asked else sys.stderr)
         raise SystemExit(0 if asked else 2)
     try:

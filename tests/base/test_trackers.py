@@ -41,11 +41,10 @@ def test_a_pretraining_run_logs_its_metrics_to_mlflow(tmp_path, mlflow_store):
 
 def test_a_finetuning_sweep_logs_each_runs_scores_to_mlflow(tmp_path, mlflow_store):
     from mlmclm.finetuning.sweep import finetune_sweep
-    from mlmclm.results.store import load_results
     from mlmclm.protocol.runs import finetune_config
     cfg = finetune_config(tasks='rt_sentiment', lrs='1e-3', seeds='0,1', max_steps=1, batch_size=4, micro_batch_size=4,
                           max_eval_examples=4, results=str(tmp_path/'results.jsonl'), progress=False, log_with='mlflow')
-    rows = load_results(finetune_sweep(cfg)).sort_values('seed')
+    rows = finetune_sweep(cfg).sort_values('seed')   # the store's results after the sweep
     history, params = _logged(mlflow_store, 'finetune-tiny-random')
     assert history['rt_sentiment/val_score'] == [(i + 1, pytest.approx(v)) for i, v in enumerate(rows.val_score)]
     assert history['seed'] == [(1, 0.0), (2, 1.0)] and params['tasks'] == 'rt_sentiment'

@@ -163,9 +163,10 @@ def local_sc(tmp_path, monkeypatch):
 
 
 def _sweep(results, task):
-    return sw.finetune_sweep(FinetuneConfig(tasks=task, lrs='1e-3', seeds='0', max_steps=1, eval_every=1, batch_size=4,
-                                               micro_batch_size=4, max_eval_examples=4, results=str(results),
-                                               feature_cache='off', progress=False))
+    sw.finetune_sweep(FinetuneConfig(tasks=task, lrs='1e-3', seeds='0', max_steps=1, eval_every=1, batch_size=4,
+                                     micro_batch_size=4, max_eval_examples=4, results=str(results),
+                                     feature_cache='off', progress=False))
+    return results
 
 
 def test_a_local_dataset_is_recorded_by_its_content_in_rows_and_the_config(tmp_path, local_sc):

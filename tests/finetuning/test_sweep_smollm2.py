@@ -34,7 +34,8 @@ def test_smollm2_protocol_grid_against_transformers(tmp_path):
                              batch_size=BATCH, micro_batch_size=BATCH, max_length=MAX_LENGTH, max_eval_examples=N_EVAL,
                              attention=attention, pooling=pooling, precision='fp32', device='cpu',
                              results=str(tmp_path/f'{attention}-{pooling}.jsonl'), progress=False)
-        row, = read_rows(finetune_sweep(cfg))
+        finetune_sweep(cfg)
+        row, = read_rows(cfg.results)
         assert (row['steps'], row['attention'], row['pooling']) == (STEPS, attention, pooling)
         ours[attention, pooling] = row['test_score']
         print(f'ours {attention:>13} {pooling:>5}: {row["test_score"]:.4f} ({row["wall_time_s"]:.0f} s)', flush=True)

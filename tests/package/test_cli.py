@@ -114,7 +114,7 @@ def _mlmclm(*args, timeout=120):
 def test_pretrain_help_exits_0_with_the_usage_on_stdout():
     r = _mlmclm('pretrain', '--help')
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith('usage: python -m mlmclm.pretraining.loop') and 'schedule' in r.stdout
+    assert r.stdout.startswith('usage: mlmclm pretrain demo | run') and 'schedule' in r.stdout
 
 
 def test_pretrain_without_a_subcommand_still_exits_2_with_the_usage_on_stderr():

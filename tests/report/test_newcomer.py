@@ -29,24 +29,34 @@ _spec.loader.exec_module(docs)
 REFERENCE = ROOT/'tests'/'fixtures'/'demo'   # the committed demo tables (never what a demo run writes)
 
 
+def _page(name: str) -> str:
+    "A guide page as committed (generated from its template by `.ci/docs.py readme`)."
+    return (ROOT/'nbs'/'guide'/f'{name}.md').read_text(encoding='utf-8')
+
+
 def test_the_readmes_numbers_are_those_of_the_committed_results():
-    readme = (ROOT/'README.md').read_text(encoding='utf-8')
+    readme, demo, measured = (ROOT/'README.md').read_text(encoding='utf-8'), _page('demo'), _page('measurements')
     from mlmclm.report.render import split_control, study_scores
     scores = study_scores(split_control(read_results(REFERENCE/'results.csv'))[0]).set_index(['checkpoint', 'family'])
     clm = scores.loc[('tiny-clm-42k', 'TC')]
-    assert f'| CLM | ' in readme and f'{clm.score:.1f} ± {(clm.ci_high - clm.ci_low) / 2:.1f}' in readme
+    for text in (readme, demo):
+        assert f'| CLM | ' in text and f'{clm.score:.1f} ± {(clm.ci_high - clm.ci_low) / 2:.1f}' in text
     loss = pd.read_csv(REFERENCE/'pretrain_loss.csv').set_index('run')
-    assert f"CLM {loss.loc['tiny-clm-42k', 'final_loss']:.2f} training" in readme
-    assert f"MLM-40 {loss.loc['tiny-mlm40-42k', 'final_loss']:.2f};" in readme      # the measured table: 7.09, not 7.10
+    assert f"CLM reaches {loss.loc['tiny-clm-42k', 'final_loss']:.2f}" in readme             # the verdict's numbers
+    assert f"MLM-40 at {loss.loc['tiny-mlm40-42k', 'final_loss']:.2f} nats/token" in readme
+    assert f"CLM {loss.loc['tiny-clm-42k', 'final_loss']:.2f} training" in demo
+    assert f"MLM-40 {loss.loc['tiny-mlm40-42k', 'final_loss']:.2f};" in measured      # the measured table: 7.09, not 7.10
     timings = json.loads((ROOT/'figures'/'demo'/'timings.json').read_text())
-    demo, test = timings['demo'][0], timings['test'][0]
-    assert f"the demo took {demo['minutes']:g} minutes at a load of {demo['load'][0]:g} to {demo['load'][1]:g}" in readme
-    assert f"the tests\n{test['minutes']:g} minutes" in readme or f"the tests {test['minutes']:g} minutes" in readme
+    demo_t, test_t = timings['demo'][0], timings['test'][0]
+    assert f"the demo took {demo_t['minutes']:g} minutes at a load of {demo_t['load'][0]:g} to {demo_t['load'][1]:g}" in readme
+    assert f"the tests {test_t['minutes']:g} minutes" in readme
+    assert all(f"{e['minutes']:g} minutes" in demo for e in timings['demo'] + timings['test'])   # every measurement
     assert '20 to 45 minutes' not in readme and '16.5 min:' not in readme
     inter = read_results(REFERENCE/'results.csv')
     inter = inter[inter.checkpoint_name.str.fullmatch(r'tiny-.+-\d{3,}')]
-    assert 'two intermediate ones on two tasks' in readme and inter.dataset.nunique() == 2
-    assert "TC same sign, 75x larger" in readme
+    assert 'two intermediate ones on two tasks' in demo and inter.dataset.nunique() == 2
+    assert "TC same sign, 75x larger" in demo
+    assert f"over {read_results(REFERENCE/'results.csv').seed.nunique()} seeds" in readme
 
 
 def test_check_readme_fails_when_a_committed_number_changes(tmp_path, monkeypatch, capsys):
@@ -56,7 +66,9 @@ def test_check_readme_fails_when_a_committed_number_changes(tmp_path, monkeypatc
     table.to_csv(copy/'pretrain_loss.csv', index=False)
     monkeypatch.setattr(docs, 'DEMO', copy)
     assert docs.main(['check-readme']) == 1
-    assert 'README.md is not what nbs/index.ipynb renders to' in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert 'README.md is not what nbs/index.ipynb renders to' in out
+    assert 'nbs/guide/demo.md is not what demo.md.in renders to' in out   # the guide page that carries the losses too
     monkeypatch.setattr(docs, 'DEMO', REFERENCE)
     assert docs.main(['check-readme']) == 0
 
@@ -64,12 +76,13 @@ def test_check_readme_fails_when_a_committed_number_changes(tmp_path, monkeypatc
 def test_an_unknown_number_in_the_readme_is_an_error_naming_it():
     with pytest.raises(KeyError, match=r"\{\{nonsense\}\} in nbs/index.ipynb: no such number"):
         docs.fill('took {{nonsense}} minutes')
-    assert docs.fill('{{timing demo}}') == '65 minutes at a load of 4 to 7'
+    newest = json.loads((ROOT/'figures'/'demo'/'timings.json').read_text())['demo'][0]
+    assert docs.fill('{{timing demo}}') == f"{newest['minutes']:g} minutes at a load of {newest['load'][0]:g} to {newest['load'][1]:g}"
+    with pytest.raises(KeyError, match=r"\{\{count lrs\}\}: no such count"): docs.fill('{{count lrs}}')
 
 
-def test_the_readmes_jupyterlab_line_starts_as_root_and_as_a_user(tmp_path):
-    readme = (ROOT/'README.md').read_text(encoding='utf-8')
-    line = re.search(r'`\.venv/bin/(jupyter lab [^`]*)`', readme).group(1).split()
+def test_the_developing_pages_jupyterlab_line_starts_as_root_and_as_a_user(tmp_path):
+    line = re.search(r'`\.venv/bin/(jupyter lab [^`]*)`', _page('developing')).group(1).split()
     assert line[:2] == ['jupyter', 'lab'] and '--allow-root' in line
     jupyter = Path(sys.executable).parent/'jupyter'
     if not jupyter.is_file(): pytest.skip('JupyterLab is not installed beside this Python')
