@@ -190,6 +190,7 @@ def test_a_store_cannot_take_another_stores_scores_file(tmp_path):
     assert len(res.read_examples(a)) == 3
     # a store of that name written by an earlier release stays readable, and compacting its neighbour is refused
     d = res.shard_dir(b); d.mkdir()
+    core.append_jsonl(d/'w.jsonl', {'_writer': {}})                                       # a shard begins with its header
     core.append_jsonl(d/'w.jsonl', dict(BASE, checkpoint_name='other', seed=7, val_score=.5, test_score=.5))
     assert len(res.read_rows(b)) == 1
     with pytest.raises(ConfigError, match='also a results store of its own'): comp.compact(a)
@@ -225,7 +226,7 @@ def test_a_shard_linked_to_dev_zero_or_too_large_is_named_not_read(tmp_path):
     huge = d/'huge.jsonl'
     with open(huge, 'wb') as f: f.truncate(core.SHARED_MAX_BYTES + 1)   # sparse: nothing is written
     problems = _finishes(lambda: res.scan_store(store))[1]
-    assert problems[d/'zero.jsonl'] == ['the whole file: a character device, not a regular file']
+    assert problems[d/'zero.jsonl'] == ['the whole file: a symbolic link to /dev/zero; a shared file is never read through a link']
     assert 'more than the 4,294,967,296 allowed' in problems[huge][0]
     assert len(res.load_results(store)) == 2
 
