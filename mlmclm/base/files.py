@@ -263,6 +263,11 @@ class FileLines:
         self.fd, self.end, self.max_line, self.path = fd, offset, max_line, path
         self.limit = SHARED_MAX_BYTES if limit is None else limit
 
+    def _past_hole(self) -> int:
+        "The offset of the next data at or after `end`: a hole of a sparse file is zeros, so no newline, never read."
+        try: return os.lseek(self.fd, self.end, os.SEEK_DATA)
+        except OSError as e: return os.fstat(self.fd).st_size if e.errno == errno.ENXIO else self.end   # ENXIO: holes to the end
+
     def __iter__(self):
         start, number, held, size = self.end, 0, [], 0     # the line being read: its parts kept, its size so far
         while chunk := os.pread(self.fd, 1 << 20, self.end):
@@ -275,7 +280,8 @@ class FileLines:
                 held, size = [], 0
             size += len(rest)
             if size <= self.max_line: held.append(rest)
-            else: held = []                                 # too long: counted, not kept
+            else:                                           # too long: counted, not kept, and a hole after it skipped
+                past = self._past_hole(); held, size, self.end = [], size + past - self.end, past
         if size: yield number + 1, b''.join(held) if size <= self.max_line else None, False
 
 # %% ../../nbs/base/00_files.ipynb #a1c0f006

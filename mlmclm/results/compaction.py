@@ -14,9 +14,9 @@ from ..base.claims import ClaimHeld, LEASE_S, claim, claim_state, fs_now, owner_
 from ..base.configs import ConfigError
 from ..base.files import FileLines, UnreadableFile, atomic_path, atomic_write_text, line_row, open_shared, to_json
 from ..protocol.runs import run_key, shard_dir
-from .store import (SCORES_SUFFIX, check_store_path, code_version, current_rows, decode_scores,
-                                  existing_store, is_header, read_shard, row_files, row_problem, scan_scores,
-                                  scan_store, store_suffix, writer_id)
+from .store import (SCORES_SUFFIX, check_store_path, code_version, current_rows, existing_store,
+                                  is_header, read_shard, row_files, row_problem, scan_scores, scan_store, store_suffix,
+                                  writer_id)
 
 # %% auto #0
 __all__ = ['shard_state', 'compact', 'store_health', 'describe_health', 'main']
@@ -147,10 +147,9 @@ def _row_ident(r: dict): return r.get('row_id') or to_json(r, indent=None)
 def _scores_ident(e: dict): return (e['row_id'], e.get('split'))   # a run's validation and test scores share its row id
 
 # %% ../../nbs/results/01_compaction.ipynb #5e96fe43
-def _scores_problem(e: dict) -> str | None:
-    "Why `e` is not a scores line whose scores can be used (`store.decode_scores`); None if it is one."
-    if not {'row_id', 'f32_zlib_b64'} <= set(e): return 'not a scores entry'
-    return decode_scores(e)[1]
+def _scores_problem(e: dict):
+    "Why `e` is no scores line; a damaged payload is merged as it is, where readers and `health` go on naming it."
+    return None if {'row_id', 'f32_zlib_b64'} <= set(e) else 'not a scores entry'
 
 # %% ../../nbs/results/01_compaction.ipynb #0ccaf4e1
 def compact(store: str | Path, abandoned_after_s: float | None = None) -> dict:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from ..base.claims import HOST, this_process, utc_now
 from ..base.configs import ConfigError
-from ..base.files import (FileLines, UnreadableFile, WriteError, append_lines, jsonl_rows, line_row, open_shared,
-                               read_shared, to_json, warn_lines)
+from ..base.files import (FileLines, WriteError, append_lines, jsonl_rows, line_row, open_shared, read_shared,
+                               to_json, warn_lines)
 from ..base.records import git_commit
 from ..protocol.finetuning import PROTOCOL_AXES
 from ..protocol.runs import CELL, FinetuneRun, PER_DATASET, cell_differences, row_cell, run_key, shard_dir
