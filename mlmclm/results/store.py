@@ -296,8 +296,8 @@ def tidy_results(results: pd.DataFrame) -> pd.DataFrame:
 
 # %% ../../nbs/results/00_store.ipynb #fe91d731
 def read_results(path: str | Path) -> pd.DataFrame:
-    "A results store (.jsonl) or a tidy results table (.csv)."
-    return pd.read_csv(io.BytesIO(read_shared(path))) if str(path).endswith('.csv') else load_results(path)
+    "A results store (.jsonl) or a tidy results table (.csv, a file the user names: a link is followed)."
+    return pd.read_csv(io.BytesIO(read_shared(path, follow_links=True))) if str(path).endswith('.csv') else load_results(path)
 
 # %% ../../nbs/results/00_store.ipynb #366f4560
 @lru_cache(maxsize=None)
@@ -463,9 +463,9 @@ def checkpoint_identity(checkpoint: str) -> str:
     if checkpoint == 'tiny-random' or not folder.is_dir(): return checkpoint if checkpoint == 'tiny-random' else f'hub:{checkpoint}'
     h = hashlib.sha256()
     for name in ('config.json', 'mlmclm.json'):
-        if (folder/name).exists(): h.update(name.encode() + read_shared(folder/name, 1 << 26))
+        if (folder/name).exists(): h.update(name.encode() + read_shared(folder/name, 1 << 26, follow_links=True))
     for w in sorted([*folder.glob('*.safetensors'), *folder.glob('*.bin')]):
-        fd = open_shared(w, 1 << 62)                  # weights are sampled, never read whole: no size bound
+        fd = open_shared(w, 1 << 62, follow_links=True)   # sampled, never read whole; a hub cache's files are links
         try:
             size = os.fstat(fd).st_size
             h.update(f'{w.name}:{size}'.encode())

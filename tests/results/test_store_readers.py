@@ -208,3 +208,16 @@ def test_health_of_a_store_this_user_may_only_read(tmp_path, monkeypatch):
     assert h['claims'] == {'age unknown': 1} and h['runs'] == 3
     assert 'their age is unknown' in comp.describe_health(h)
     assert comp.main(['health', str(store)]) is None           # the report, not an error
+
+
+# what a user names is still read through its links -----------------------------------------------------------------
+def test_a_checkpoint_in_a_hub_cache_and_a_linked_table_are_read_through_their_links(tmp_path):
+    "A hub cache's snapshot holds links into its blobs: the checkpoint's identity reads them, as that of a copy."
+    copy, blobs, snap = tmp_path/'copy', tmp_path/'blobs', tmp_path/'snapshots'/'abc'
+    for d in (copy, blobs, snap): d.mkdir(parents=True)
+    for name, data in (('config.json', b'{"hidden_size": 8}'), ('model.safetensors', bytes(range(256)) * 300)):
+        (copy/name).write_bytes(data); (blobs/name).write_bytes(data); (snap/name).symlink_to(blobs/name)
+    assert res.checkpoint_identity(str(snap)) == res.checkpoint_identity(str(copy))
+    table = tmp_path/'t.csv'; table.write_text('checkpoint_name,dataset,seed\nm,sst2,0\n')
+    (tmp_path/'mine.csv').symlink_to(table)
+    assert res.read_results(tmp_path/'mine.csv').seed.tolist() == [0]
