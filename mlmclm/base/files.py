@@ -10,6 +10,7 @@ import errno
 import json
 import numpy as np
 import os
+import shutil
 import stat
 import tempfile
 import warnings
@@ -17,9 +18,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SHARED_MAX_BYTES', 'package_dir', 'project_root', 'assets_dir', 'UnreadableFile', 'open_shared', 'read_shared',
-           'new_file_mode', 'atomic_path', 'atomic_write_text', 'to_json', 'atomic_write_json', 'read_json',
-           'WriteError', 'write_all', 'append_lines', 'append_jsonl', 'jsonl_rows', 'warn_lines', 'read_jsonl']
+__all__ = ['SHARED_MAX_BYTES', 'LINE_MAX_BYTES', 'package_dir', 'project_root', 'assets_dir', 'UnreadableFile', 'open_shared',
+           'read_shared', 'new_file_mode', 'atomic_path', 'atomic_write_text', 'to_json', 'atomic_write_json',
+           'read_json', 'WriteError', 'write_failure', 'write_all', 'append_lines', 'append_jsonl', 'FileLines',
+           'line_row', 'jsonl_rows', 'warn_lines', 'read_jsonl']
 
 # %% ../../nbs/base/00_files.ipynb #1a8a82f0
 def package_dir() -> Path:
@@ -44,11 +46,13 @@ def assets_dir() -> Path:
 
 # %% ../../nbs/base/00_files.ipynb #d34f39d7
 SHARED_MAX_BYTES = 1 << 32   # 4 GiB: far above any store, record or claim of the study; a larger file is not one of ours
+LINE_MAX_BYTES = 1 << 24     # 16 MiB: far above any line of ours (a row, a run's per-example scores); a longer one is skipped
 
 class UnreadableFile(OSError):
-    "A shared file that is not read: not a regular file (a FIFO, a device, a folder) or larger than allowed; `why` says which."
-    def __init__(self, path, why: str):
-        super().__init__(errno.EINVAL, f'{path}: {why}; not read')
+    """A shared file that is not read: not a regular file (a FIFO, a device, a folder), a link, larger than allowed, or
+    one this user cannot open; `why` says which, `errno` is the system's where it gave one."""
+    def __init__(self, path, why: str, code: int = errno.EINVAL):
+        super().__init__(code, f'{path}: {why}; not read')
         self.path, self.why = Path(path), why
 
 # %% ../../nbs/base/00_files.ipynb #06bc7625
@@ -58,17 +62,40 @@ def _kind(mode: int) -> str:
         if test(mode): return name
     return 'not a regular file'
 
+# %% ../../nbs/base/00_files.ipynb #a1c0f001
+def _link_note(path) -> str:
+    "What the symbolic link at `path` leads to, in words: where it points, and whether that exists."
+    target = os.readlink(path)
+    try: os.stat(path); return f'a symbolic link to {target}'
+    except FileNotFoundError: return f'a symbolic link to {target}, which does not exist'
+    except OSError as e: return f'a symbolic link to {target}, ' + ('a loop of links' if e.errno == errno.ELOOP else e.strerror)
+
+# %% ../../nbs/base/00_files.ipynb #a1c0f002
+def _refusal(path, e: OSError, follow_links: bool) -> UnreadableFile:
+    "Why `os.open` could not open `path`, as an `UnreadableFile` that names it."
+    if e.errno == errno.ELOOP and not follow_links and os.path.islink(path):
+        return UnreadableFile(path, _link_note(path) + '; a shared file is never read through a link', e.errno)
+    if e.errno == errno.ELOOP: why = 'a loop of symbolic links'
+    elif isinstance(e, PermissionError): why = 'this user may not read it (permission denied)'
+    elif isinstance(e, IsADirectoryError): why = 'a folder, not a file'
+    else: why = f'cannot be opened ({e.strerror})'
+    return UnreadableFile(path, why, e.errno)
+
 # %% ../../nbs/base/00_files.ipynb #463dac31
 def open_shared(path: str | Path,
                 max_bytes: int | None = None,   # refuse a larger file (None: `SHARED_MAX_BYTES`)
                 create: bool = False,           # create an empty file where there is none
+                follow_links: bool = False,     # True: open what a link points to (a file the user named, a hub cache)
                ) -> int:
     """A read-only descriptor of the regular file at `path` (the caller closes it): opened without blocking, so a FIFO
-    never waits for a writer, and checked on the descriptor; `UnreadableFile` for anything else or a file over `max_bytes`."""
+    never waits for a writer, never through a link unless `follow_links`, and checked on the descriptor;
+    `UnreadableFile` for anything else, a file over `max_bytes`, or one that cannot be opened (but a missing one)."""
     limit = SHARED_MAX_BYTES if max_bytes is None else max_bytes
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0) | (os.O_CREAT if create else 0)
+    flags = (os.O_RDONLY | os.O_NONBLOCK | getattr(os, 'O_CLOEXEC', 0) | (os.O_CREAT if create else 0)
+             | (0 if follow_links else os.O_NOFOLLOW))
     try: fd = os.open(path, flags, 0o666)
-    except IsADirectoryError: raise UnreadableFile(path, 'a folder, not a file') from None
+    except FileNotFoundError: raise
+    except OSError as e: raise _refusal(path, e, follow_links) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode): raise UnreadableFile(path, f'{_kind(st.st_mode)}, not a regular file')
@@ -80,10 +107,11 @@ def open_shared(path: str | Path,
 # %% ../../nbs/base/00_files.ipynb #6dc6542f
 def read_shared(path: str | Path,
                 max_bytes: int | None = None,   # refuse a larger file (None: `SHARED_MAX_BYTES`)
+                follow_links: bool = False,     # True: read what a link points to (a file the user named)
                ) -> bytes:
     "The bytes of the regular file at `path`, at most `max_bytes` of them; `UnreadableFile` (naming it) for anything else."
     limit = SHARED_MAX_BYTES if max_bytes is None else max_bytes
-    fd = open_shared(path, limit)
+    fd = open_shared(path, limit, follow_links=follow_links)
     try:
         chunks, n, size = [], 0, os.fstat(fd).st_size    # one read of the whole file where its size is known (not /proc)
         while chunk := os.read(fd, min(max(size + 1, 1 << 16), limit + 1 - n)):
@@ -110,12 +138,13 @@ def new_file_mode(path: str | Path) -> int:
 
 # %% ../../nbs/base/00_files.ipynb #5008c879
 @contextmanager
-def atomic_path(path: str | Path  # the final file; its folder is created if missing
+def atomic_path(path: str | Path,       # the final file; its folder is created if missing
+                mode: int | None = None, # its mode (None: as `new_file_mode`); 0o600 keeps it to its owner
                ):
     "Yield a temporary path beside `path`; on success it replaces `path` atomically, on error it is removed."
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    mode = new_file_mode(path)
+    mode = new_file_mode(path) if mode is None else mode
     fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent)
     os.close(fd)
     tmp = Path(tmp)
@@ -128,9 +157,11 @@ def atomic_path(path: str | Path  # the final file; its folder is created if mis
         if tmp.exists(): tmp.unlink()
 
 # %% ../../nbs/base/00_files.ipynb #77c0ae47
-def atomic_write_text(path: str | Path, text: str) -> Path:
+def atomic_write_text(path: str | Path, text: str,
+                      mode: int | None = None,   # the file's mode (None: as `new_file_mode`)
+                     ) -> Path:
     "Write `text` to `path` atomically."
-    with atomic_path(path) as tmp: Path(tmp).write_text(text, encoding='utf-8')
+    with atomic_path(path, mode) as tmp: Path(tmp).write_text(text, encoding='utf-8')
     return Path(path)
 
 # %% ../../nbs/base/00_files.ipynb #f89df9ee
@@ -157,12 +188,34 @@ def atomic_write_json(path: str | Path, obj) -> Path:
 def read_json(path: str | Path,
               max_bytes: int | None = None,  # refuse a larger file (default: `SHARED_MAX_BYTES`)
              ):
-    "The JSON value in the file at `path`, read through `read_shared` (a regular file of bounded size, or an error naming it)."
-    return json.loads(read_shared(path, max_bytes).decode('utf-8'))
+    """The JSON value in the file at `path` (a record the user names or owns: a link is followed), read through
+    `read_shared` (a regular file of bounded size, or an error naming it)."""
+    return json.loads(read_shared(path, max_bytes, follow_links=True).decode('utf-8'))
 
 # %% ../../nbs/base/00_files.ipynb #b4a68932
 class WriteError(OSError):
     "A write that did not complete (disk full, quota, I/O error); names the file; what was written before is intact."
+
+# %% ../../nbs/base/00_files.ipynb #a1c0f003
+def _bytes_text(n: int) -> str:
+    "A size in words: 512 bytes, 3.1 MiB, 2.0 GiB."
+    for unit, size in (('GiB', 1 << 30), ('MiB', 1 << 20), ('KiB', 1 << 10)):
+        if n >= size: return f'{n / size:.1f} {unit}'
+    return f'{n} bytes'
+
+# %% ../../nbs/base/00_files.ipynb #a1c0f004
+def write_failure(e: OSError,           # the failed write's error
+                  folder: str | Path,   # the folder being written into
+                 ) -> str:
+    """A failed write into `folder`, in words: the folder, the system's reason and, for a full disk or quota, the space
+    left there; files written with `atomic_path` are whole or absent, which it says."""
+    full = e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    where = next((p for p in (Path(folder), *Path(folder).parents) if p.is_dir()), Path('.'))
+    try: space = shutil.disk_usage(where)
+    except OSError: space = None
+    left = f' ({_bytes_text(space.free)} free of {_bytes_text(space.total)} there)' if full and space else ''
+    return (f'cannot write into {folder}: {e.strerror or e}{left}; every file there is whole or absent (each is '
+            f'written aside and renamed into place), so free some space or choose another folder and run it again')
 
 # %% ../../nbs/base/00_files.ipynb #a948149f
 def write_all(fd: int, data: bytes) -> None:
@@ -172,7 +225,9 @@ def write_all(fd: int, data: bytes) -> None:
         data = data[n:]
 
 # %% ../../nbs/base/00_files.ipynb #d8a75c24
-def append_lines(path: str | Path, lines: list[str]) -> tuple[int, int]:
+def append_lines(path: str | Path, lines: list[str],
+                 first_line: str | None = None,   # written first while the file holds no complete line (a new file)
+                ) -> tuple[int, int]:
     "Append `lines` (no newlines inside) to `path` in one write and fsync; returns the file's (device, inode)."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     data = ''.join(line + '\n' for line in lines).encode('utf-8')
@@ -180,6 +235,7 @@ def append_lines(path: str | Path, lines: list[str]) -> tuple[int, int]:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
         try:
             st = os.fstat(fd)
+            if first_line is not None and b'\n' not in os.pread(fd, 1 << 16, 0): data = (first_line + '\n').encode() + data
             if st.st_size and os.pread(fd, 1, st.st_size - 1) != b'\n': data = b'\n' + data   # end a torn line first
             write_all(fd, data)
             os.fsync(fd)
@@ -195,25 +251,70 @@ def append_jsonl(path: str | Path, row: dict) -> None:
     append_lines(path, [to_json(row, indent=None)])
 
 # %% ../../nbs/base/00_files.ipynb #858c93ea
+class FileLines:
+    """The lines of the file open at `fd` from `offset`, read a megabyte at a time. Iterating yields (number, bytes,
+    ended) for each line: its bytes without the newline, None for a line longer than `max_line` (skipped, never held),
+    `ended` False for the tail after the last newline. `end` is the offset after the last byte read."""
+    def __init__(self, fd: int, offset: int = 0,
+                 max_line: int = LINE_MAX_BYTES,  # a longer line is yielded as None
+                 path: str | Path = '',           # the file, named if it grows past `limit` while read
+                 limit: int | None = None,        # bytes read at most (None: `SHARED_MAX_BYTES`)
+                ):
+        self.fd, self.end, self.max_line, self.path = fd, offset, max_line, path
+        self.limit = SHARED_MAX_BYTES if limit is None else limit
+
+    def _past_hole(self) -> int:
+        "The offset of the next data at or after `end`: a hole of a sparse file is zeros, so no newline, never read."
+        try: return os.lseek(self.fd, self.end, os.SEEK_DATA)
+        except OSError as e: return os.fstat(self.fd).st_size if e.errno == errno.ENXIO else self.end   # ENXIO: holes to the end
+
+    def __iter__(self):
+        start, number, held, size = self.end, 0, [], 0     # the line being read: its parts kept, its size so far
+        while chunk := os.pread(self.fd, 1 << 20, self.end):
+            self.end += len(chunk)
+            if self.end - start > self.limit: raise UnreadableFile(self.path, f'grew past the {self.limit:,} bytes allowed while read')
+            *ended, rest = chunk.split(b'\n')
+            for part in ended:
+                number, size = number + 1, size + len(part)
+                yield number, b''.join([*held, part]) if size <= self.max_line else None, True
+                held, size = [], 0
+            size += len(rest)
+            if size <= self.max_line: held.append(rest)
+            else:                                           # too long: counted, not kept, and a hole after it skipped
+                past = self._past_hole(); held, size, self.end = [], size + past - self.end, past
+        if size: yield number + 1, b''.join(held) if size <= self.max_line else None, False
+
+# %% ../../nbs/base/00_files.ipynb #a1c0f006
+def line_row(raw: bytes | None,   # a line without its newline; None: longer than `LINE_MAX_BYTES`, not read
+             ended: bool = True,  # False: the tail after the last newline, perhaps a write cut short
+            ) -> tuple[dict | None, str | None]:
+    "(the JSON object on a line, None), or (None, why the line is not one); (None, None) for a blank line or a torn tail."
+    if raw is None: return None, f'longer than {LINE_MAX_BYTES:,} bytes, not read'
+    if not raw.strip(): return None, None
+    try: row = json.loads(raw.decode('utf-8'))
+    except (ValueError, RecursionError) as e:           # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        why = 'not UTF-8' if isinstance(e, UnicodeDecodeError) else f"not JSON ({getattr(e, 'msg', 'nested too deeply')})"
+        return None, why if ended else None
+    if isinstance(row, dict): return row, None
+    return None, f'a JSON {type(row).__name__}, not an object' if ended else None
+
+# %% ../../nbs/base/00_files.ipynb #a1c0f007
 def jsonl_rows(path: str | Path,
-               data: bytes | None = None,  # the file's bytes, when the caller has read them already
+               follow_links: bool = False,   # True: read what a link points to (a record the user named or owns)
               ) -> tuple[list[tuple[int, dict]], list[str]]:
-    "(line number, row) for each JSON-object line of `path`, and a 'line N: why' for each other line; a torn last line is neither."
-    if data is None:
-        try: data = read_shared(path)
-        except FileNotFoundError: return [], []
-        except UnreadableFile as e: return [], [f'the whole file: {e.why}']   # a FIFO, a device, a folder, too large
-    *lines, tail = data.split(b'\n')            # `tail`: after the last newline; b'' when the file ends cleanly
+    """(line number, row) for each JSON-object line of `path`, and a 'line N: why' for each other line; a torn last
+    line is neither. A file that cannot be read is one problem, 'the whole file: why' (`open_shared`)."""
+    try: fd = open_shared(path, follow_links=follow_links)
+    except FileNotFoundError: return [], []
+    except UnreadableFile as e: return [], [f'the whole file: {e.why}']   # a FIFO, a device, a folder, a link, too large
     rows, problems = [], []
-    for i, raw in enumerate(lines + [tail], 1):
-        if not raw.strip(): continue
-        torn = i == len(lines) + 1
-        try: row = json.loads(raw.decode('utf-8'))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            if not torn: problems.append(f'line {i}: ' + ('not UTF-8' if isinstance(e, UnicodeDecodeError) else f'not JSON ({e.msg})'))
-            continue
-        if isinstance(row, dict): rows.append((i, row))
-        elif not torn: problems.append(f'line {i}: a JSON {type(row).__name__}, not an object')
+    try:
+        for number, raw, ended in FileLines(fd, path=path):
+            row, why = line_row(raw, ended)
+            if row is not None: rows.append((number, row))
+            elif why: problems.append(f'line {number}: {why}')
+    except UnreadableFile as e: problems.append(f'the whole file: {e.why}')
+    finally: os.close(fd)
     return rows, problems
 
 # %% ../../nbs/base/00_files.ipynb #de36e936
@@ -225,7 +326,8 @@ def warn_lines(path: str | Path, problems: list[str], what: str = 'unreadable') 
 
 # %% ../../nbs/base/00_files.ipynb #d735cb48
 def read_jsonl(path: str | Path) -> list[dict]:
-    "The rows of a JSON-lines file ([] if missing); a torn last line is skipped, other bad lines with a warning."
-    rows, problems = jsonl_rows(path)
+    """The rows of a JSON-lines file ([] if missing; a record the user names or owns: a link is followed); a torn last
+    line is skipped, other bad lines with a warning."""
+    rows, problems = jsonl_rows(path, follow_links=True)
     warn_lines(path, problems)
     return [r for _, r in rows]

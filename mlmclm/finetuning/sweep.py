@@ -14,11 +14,11 @@ from ..base.claims import LEASE_S
 from ..base.files import atomic_write_json, project_root, read_json
 from ..base.records import config_hash, write_run_record
 from ..base.trackers import Trackers
-from .loop import base_model, check_finetune_config, finetune_run
+from .loop import base_model, check_finetune_config, dataset_revision, finetune_run
 from ..protocol.finetuning import PROTOCOL_AXES
 from ..protocol.runs import FinetuneConfig, claim_work, finetune_runs, shard_dir, sweep_settings
-from ..results.store import (StoreWriter, check_checkpoint_name, checkpoint_identity, code_version,
-                                  current_rows, load_results, missing, read_rows)
+from ..results.store import (StoreWriter, check_checkpoint_name, check_revisions, checkpoint_identity,
+                                  code_version, current_rows, load_results, missing, read_rows)
 from ..tasks.registry import TASKS, load_task_revision
 
 # %% auto #0
@@ -69,6 +69,16 @@ def store_results(results: Path, # the results store's path
     table.attrs['store'] = str(results)
     return table
 
+# %% ../../nbs/finetuning/04_sweep.ipynb #a9c0f001
+def _check_revision(results: Path, done: list, run, data: dict, checked: set) -> None:
+    """Before the first run of a training task, refuse when a done run of the sweep that trains on it holds rows of
+    another revision of its datasets than the one loaded now (`store.check_revisions`): a grid is one revision."""
+    if run.train_task in checked: return
+    checked.add(run.train_task)
+    same = [r for r in done if r.train_task == run.train_task]
+    revisions = {d: dataset_revision(data, TASKS[run.train_task], TASKS[d]) for d in run.datasets}
+    if same: check_revisions(current_rows(read_rows(results, warn=False)), same, revisions, results)
+
 # %% ../../nbs/finetuning/04_sweep.ipynb #0e1e69d5
 def finetune_sweep(cfg: FinetuneConfig,
                    force: str | None = None,  # re-run finished runs too; the reason is stored and the new rows supersede
@@ -82,9 +92,11 @@ def finetune_sweep(cfg: FinetuneConfig,
     name, ident = recorded_name(cfg), checkpoint_identity(cfg.checkpoint)
     if not force: check_checkpoint_name(current_rows(read_rows(results)), name, ident, results)
     # a done run's rows must have run with the settings asked (`runs`: a row's cell), else refused naming the differences
-    todo = missing(results, finetune_runs(name, tasks, lrs, seeds, **{a: getattr(cfg, a) for a in PROTOCOL_AXES}), force,
-                   asked=lambda run: sweep_settings(cfg, TASKS[run.train_task].max_length))
+    runs = finetune_runs(name, tasks, lrs, seeds, **{a: getattr(cfg, a) for a in PROTOCOL_AXES})
+    todo = missing(results, runs, force, asked=lambda run: sweep_settings(cfg, TASKS[run.train_task].max_length))
     if not todo: return store_results(results)
+    waiting, checked = set(todo), set()
+    done = [r for r in runs if r not in waiting]   # their rows' dataset revisions are checked once a task is loaded
     base, tok = base_model(cfg)
     meta, data = _sweep_record(cfg, results, name, ident), {}
     def task(t):   # tag names the dataset itself carries replace the registry's
@@ -97,6 +109,7 @@ def finetune_sweep(cfg: FinetuneConfig,
                 # another worker holds it, or finished it since we looked: skip
                 if not mine or not missing(results, [run], force, warn=False): continue
                 train, evals = task(run.train_task), [task(d) for d in run.datasets]
+                _check_revision(results, done, run, data, checked)
                 rows = finetune_run(train, evals, data, base, tok, run.lr, run.seed, cfg)
                 store.append([{**sweep_settings(cfg), **dict(meta, lr=run.lr, seed=run.seed, **r)} for r in rows], supersedes=force)
                 trackers.log({f"{r['dataset']}/{k}": r[k] for r in rows for k in ('val_score', 'test_score')}

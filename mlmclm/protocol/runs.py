@@ -357,7 +357,8 @@ BUDGET = ('max_steps', 'batch_size', 'max_length', 'packing', 'max_eval_examples
 COMPARED = (*(o for o in FINETUNE_OPTIONS if o not in PROTOCOL_AXES), *BUDGET)   # checked against a stored row
 RESOLVED = ('precision_used', 'dataset_revision')   # known once the run ran
 CELL = (*KEYED, *COMPARED, *RESOLVED)
-PER_DATASET = ('max_length',)   # a task's own limit when none is asked: a family's datasets may differ in it
+PER_DATASET = ('max_length', 'dataset_revision')   # a task's own limit, a dataset's own revision: a family's datasets
+                                                  # differ in them by design
 NOT_RECORDED = 'unknown'        # a budget an older row did not record
 
 # what a row that does not record a setting ran with (see above)

@@ -12,7 +12,9 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.collections import PathCollection
+from dataclasses import dataclass
 from matplotlib.container import BarContainer
+from typing import Callable
 
 from ..model.sizes import flops_per_token, model_config
 from ..protocol.paper import FAMILIES, FULL_BUDGET, PRETRAIN
@@ -20,11 +22,12 @@ from ..protocol.run_names import RunName, SIZE_ORDER, describe_checkpoint, parse
 from ..protocol.schedules import OBJECTIVES, Phase
 
 # %% auto #0
-__all__ = ['KIND_COLORS', 'KIND_LABELS', 'PAPER_MARKERS', 'PAPER_MARKER', 'SIZE_COLORS', 'is_released_name', 'recorded_meta',
-           'checkpoint_meta', 'setup_style', 'scale_note', 'panel_row', 'finish_panels', 'fig_overview', 'final_models',
-           'own_units', 'full_budget', 'absent', 'fig_mlm_vs_clm', 'fig_mask_ratio', 'fig_data_efficiency',
-           'paper_flops_per_step', 'fig_lr_stability', 'fixed_budget_rows', 'budget_label', 'fig_biphasic',
-           'fig_ratio_after_clm', 'fig_cpt', 'fig_cpt_loss', 'fig_biphasic_largest']
+__all__ = ['KIND_COLORS', 'KIND_LABELS', 'PAPER_MARKERS', 'PAPER_MARKER', 'FIGURE_INPUTS', 'SCORE_INPUTS', 'FIGURES',
+           'SIZE_COLORS', 'is_released_name', 'recorded_meta', 'checkpoint_meta', 'setup_style', 'scale_note',
+           'panel_row', 'finish_panels', 'FigureSpec', 'register_figure', 'fig_overview', 'final_models', 'own_units',
+           'full_budget', 'absent', 'fig_mlm_vs_clm', 'fig_mask_ratio', 'fig_data_efficiency', 'paper_flops_per_step',
+           'fig_lr_stability', 'fixed_budget_rows', 'budget_label', 'fig_biphasic', 'fig_ratio_after_clm', 'fig_cpt',
+           'fig_cpt_loss', 'fig_biphasic_largest']
 
 # %% ../../nbs/report/00_figures.ipynb #30282a31
 def is_released_name(name: str) -> bool:
@@ -168,7 +171,37 @@ def _below(fig, artists) -> float:
     renderer = fig.canvas.get_renderer()
     return min(a.get_tightbbox(renderer).y0 for a in artists) / fig.bbox.height
 
+# %% ../../nbs/report/00_figures.ipynb #f9a0f002
+@dataclass(frozen=True)
+class FigureSpec:
+    name: str                   # file stem: <out>/<name>.png and .pdf
+    draw: Callable              # the function that draws it
+    inputs: tuple               # the arguments it takes, in order: keys of `FIGURE_INPUTS`
+    paper: str | None           # the paper's figure it redraws; None: ours, beyond the paper
+    demo: bool = True           # carried by the committed demo (figures/demo/<name>.png)
+    needs: str | None = None    # drawn only when this input is given (not None)
+
+FIGURE_INPUTS = {'scores': 'family scores of the paper protocol (`study_scores`)', 'ref': "the paper's numbers", 'scale': "'demo' or 'paper'",
+                 'curves': 'seed-mean score per LR (`lr_curve`)', 'paper': "the rows of the paper's protocol", 'cpt_loss': 'the CPT loss curves',
+                 'flops_per_step': '(size, kind) -> FLOPs per step', 'gaps': 'MLM-CLM gap per protocol (`protocol_gaps`)'}
+SCORE_INPUTS = ('scores', 'ref', 'scale')   # what most figures take: our family scores, the paper's, the scale
+FIGURES: dict[str, FigureSpec] = {}         # name -> FigureSpec, in the order figures register (`register_figure`)
+
+# %% ../../nbs/report/00_figures.ipynb #f9a0f004
+def register_figure(name: str, inputs: tuple, paper: str | None, demo: bool = True, needs: str | None = None) -> Callable:
+    """A decorator registering the function below it in `FIGURES` (fields as `FigureSpec`), returned unchanged; a name is
+    registered once (the same function again, a re-run cell, keeps its place), with inputs `render_all` gives."""
+    bad = [k for k in inputs if k not in FIGURE_INPUTS] + ([needs] if needs not in (None, *inputs) else [])
+    if bad: raise ValueError(f'figure {name!r}: {bad} are not among its inputs and those render_all gives, {list(FIGURE_INPUTS)}')
+    def register(draw: Callable) -> Callable:
+        if (held := FIGURES.get(name)) is not None and held.draw.__qualname__ != draw.__qualname__:
+            raise ValueError(f'figure {name!r} is registered already, drawn by {held.draw.__qualname__}; choose another name')
+        FIGURES[name] = FigureSpec(name, draw, tuple(inputs), paper, demo, needs)
+        return draw
+    return register
+
 # %% ../../nbs/report/00_figures.ipynb #ea941c02
+@register_figure('fig1_overview', ('scale',), 'Figure 1')
 def fig_overview(scale: str = 'paper'):
     fig, axes = plt.subplots(1, 2, figsize=(7.0, 2.2))
     def bar(ax, y, segments, label):
@@ -245,6 +278,7 @@ def _note(ax, text: str, y: float = 0.03):
                      bbox=dict(boxstyle='round,pad=0.2', facecolor='white', edgecolor='none', alpha=0.85))
 
 # %% ../../nbs/report/00_figures.ipynb #0f0ad635
+@register_figure('fig2_mlm_vs_clm', SCORE_INPUTS, 'Figure 2')
 def fig_mlm_vs_clm(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     ours = _pure(scores); paper = _pure(ref)
     ours = ours.assign(slot=_slot(ours)).drop_duplicates(['slot', 'kind', 'family'])   # an own run: its own slot
@@ -275,6 +309,7 @@ def _mask_ratio_rows(df):
 # one colour per model size, ours and the paper's alike (Figure 3 draws several sizes of one kind); own runs after
 SIZE_COLORS = dict(zip(SIZE_ORDER, [sns.color_palette('colorblind', 10)[i] for i in (4, 5, 2, 7)]))   # purple, brown, green, grey
 
+@register_figure('fig3_mask_ratio', SCORE_INPUTS, 'Figure 3')
 def fig_mask_ratio(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     ours, paper = _mask_ratio_rows(scores), _mask_ratio_rows(ref)
     ours = ours.assign(size=_slot(ours))   # own runs: a line per size and budget, in their own steps
@@ -314,6 +349,7 @@ def _trajectory(df, ratio=0.4, units: str | None = None):
     return df[df.budget == df.budget.max()] if len(df) else df
 
 # %% ../../nbs/report/00_figures.ipynb #76114324
+@register_figure('fig4_data_efficiency', SCORE_INPUTS, 'Figure 4')
 def fig_data_efficiency(scores: pd.DataFrame, ref: pd.DataFrame, scale: str, flops_per_step=None):
     "Score vs step; with `flops_per_step(size, kind)` the x axis is training FLOPs instead."
     ours, paper = _trajectory(scores, units='paper' if flops_per_step else None), _trajectory(ref)
@@ -342,6 +378,9 @@ def fig_data_efficiency(scores: pd.DataFrame, ref: pd.DataFrame, scale: str, flo
             'pretraining step (k, paper units)')
     return fig
 
+register_figure('fig4b_data_efficiency_flops', (*SCORE_INPUTS, 'flops_per_step'), 'Figure 4 against FLOPs (appendix)',
+                needs='flops_per_step')(fig_data_efficiency)   # the same function, given a FLOPs count: the appendix's variant
+
 # %% ../../nbs/report/00_figures.ipynb #50ad8bf7
 def _log_axes(axes):
     """Log x axes with one range (the same models, so the same FLOPs) and short labels ('2e17') that do not overlap:
@@ -368,6 +407,7 @@ def paper_flops_per_step(size: str,  # a model size of `mlmclm.model.sizes.MODEL
     return PRETRAIN.global_batch * PRETRAIN.seq_len * per_token
 
 # %% ../../nbs/report/00_figures.ipynb #c032b2f5
+@register_figure('fig5_lr_stability', ('curves', 'scale', 'paper'), 'Figure 5')
 def fig_lr_stability(curves: pd.DataFrame, scale: str,
                      rows: pd.DataFrame | None = None):   # results rows: the pretraining record of own runs
     meta = checkpoint_meta(curves.checkpoint, rows)
@@ -412,6 +452,7 @@ def budget_label(units: str, budget: int) -> str:
     return f'{budget // 1000}k steps' if units == 'paper' else f'{budget} steps (own units)'
 
 # %% ../../nbs/report/00_figures.ipynb #de74834f
+@register_figure('fig6_biphasic', SCORE_INPUTS, 'Figure 6')
 def fig_biphasic(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     ours, size = fixed_budget_rows(scores)
     paper, _ = fixed_budget_rows(ref, size)
@@ -441,6 +482,7 @@ def _ratio_after_clm_rows(df):
     return after, df[(df.kind == 'mlm') & df['size'].isin(sizes) & df.budget.isin(budgets)]
 
 # %% ../../nbs/report/00_figures.ipynb #ca62851a
+@register_figure('fig7_ratio_after_clm', SCORE_INPUTS, 'Figure 7')
 def fig_ratio_after_clm(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     after, pure = _ratio_after_clm_rows(scores)
     fig, axes = panel_row()
@@ -477,6 +519,7 @@ def _start_label(start: str) -> str:
     return 'from ' + OBJECTIVES[p.objective].legend(p.mask_ratio)
 
 # %% ../../nbs/report/00_figures.ipynb #d73eb404
+@register_figure('fig8_cpt', SCORE_INPUTS, 'Figure 8')
 def fig_cpt(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     ours, paper = _cpt_points(scores), _cpt_points(ref)
     fig, axes = panel_row()
@@ -494,6 +537,7 @@ def fig_cpt(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     return fig
 
 # %% ../../nbs/report/00_figures.ipynb #59e48c7b
+@register_figure('fig9_cpt_loss', ('cpt_loss', 'scale'), 'Figure 9')
 def fig_cpt_loss(loss: pd.DataFrame, scale: str):
     """MLM loss of the CPT runs against their CPT step in the paper's units, labelled as in Figure 8: the held-out
     loss where the runs record one (`heldout_loss`, the fixed held-out rows of `02_pretrain`), else the per-batch
@@ -525,6 +569,7 @@ def fig_cpt_loss(loss: pd.DataFrame, scale: str):
     return fig
 
 # %% ../../nbs/report/00_figures.ipynb #d100fc4a
+@register_figure('figA1_biphasic_largest', SCORE_INPUTS, '1B biphasic (appendix)')
 def fig_biphasic_largest(scores: pd.DataFrame, ref: pd.DataFrame, scale: str):
     df = final_models(scores)
     quarter = lambda d: (d.kind == 'biphasic') & np.isclose(d.clm_share.astype(float), 10 / 42, atol=0.03) & full_budget(d)

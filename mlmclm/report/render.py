@@ -8,29 +8,27 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
+from ..base.configs import ConfigError
 from ..base.files import atomic_path, atomic_write_text, read_json, read_jsonl
 from ..protocol.paper import FAMILIES
 from ..protocol.run_names import CONTROL, describe_checkpoint
 from ..protocol.runs import shard_dir
-from .figures import (checkpoint_meta, fig_biphasic, fig_biphasic_largest, fig_cpt, fig_cpt_loss,
-                                   fig_data_efficiency, fig_lr_stability, fig_mask_ratio, fig_mlm_vs_clm,
-                                   fig_overview, fig_ratio_after_clm, is_released_name, paper_flops_per_step,
-                                   recorded_meta, scale_note, setup_style)
-from .tables import (directions, fig_protocol_gap, hyperparameter_table, ours_minus_paper,
-                                  protocol_gaps, results_tables, write_table)
-from ..results.aggregation import (DEFAULT_SELECTION, FAMILY_SCORE_COLUMNS, SELECTIONS, aggregate,
-                                        family_scores, lr_curve, protocol_cell, protocol_cells, seed_family_scores)
+from .figures import (FIGURE_INPUTS, FIGURES, FigureSpec, checkpoint_meta, is_released_name,
+                                   paper_flops_per_step, recorded_meta, scale_note, setup_style)
+from .tables import (directions, hyperparameter_table, ours_minus_paper, protocol_gaps, results_tables,
+                                  write_table)
+from ..results.aggregation import (DEFAULT_SELECTION, FAMILY_SCORE_COLUMNS, SELECTIONS, aggregate, cell_rows,
+                                        check_one_cell, family_scores, lr_curve, protocol_cell, protocol_cells,
+                                        seed_family_scores)
 from ..results.paper_runs import paper_rows, reported_scores
 from ..results.store import RESULT_COLUMNS, read_results, tidy_results
 
 # %% auto #0
-__all__ = ['FIGURE_INPUTS', 'FIGURES', 'split_control', 'study_scores', 'control_scores', 'draw_control', 'save_figure',
-           'FigureSpec', 'draw_figures', 'collect_cpt_loss', 'unigram_entropy', 'corpus_unigram_entropy',
-           'collect_pretrain_loss', 'render_all', 'one_source', 'drawable', 'main']
+__all__ = ['split_control', 'study_scores', 'control_scores', 'draw_control', 'save_figure', 'draw_figures', 'collect_cpt_loss',
+           'unigram_entropy', 'corpus_unigram_entropy', 'collect_pretrain_loss', 'render_all', 'one_source',
+           'drawn_rows', 'cell_choice', 'drawable', 'main']
 
 # %% ../../nbs/report/02_render.ipynb #b6f8c2e1
 def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -86,42 +84,9 @@ def save_figure(fig, folder: str | Path, name: str,
     if close: plt.close(fig)
     return out
 
-# %% ../../nbs/report/02_render.ipynb #b7e1f0a2
-@dataclass(frozen=True)
-class FigureSpec:
-    name: str                   # file stem: <out>/<name>.png and .pdf
-    draw: Callable              # the function that draws it
-    inputs: tuple               # the arguments it takes, in order: keys of `FIGURE_INPUTS`
-    paper: str | None           # the paper's figure it redraws; None: ours, beyond the paper
-    demo: bool = True           # carried by the committed demo (figures/demo/<name>.png)
-    needs: str | None = None    # drawn only when this input is given (not None)
-
-# %% ../../nbs/report/02_render.ipynb #ed139bd8
-FIGURE_INPUTS = {'scores': 'family scores of the paper protocol (`study_scores`)', 'ref': "the paper's numbers",
-                 'scale': "'demo' or 'paper'", 'curves': 'seed-mean score per LR (`lr_curve`)',
-                 'paper': "the rows of the paper's protocol", 'cpt_loss': 'the CPT loss curves',
-                 'flops_per_step': '(size, kind) -> FLOPs per step', 'gaps': 'MLM-CLM gap per protocol (`protocol_gaps`)'}
-_SCORES = ('scores', 'ref', 'scale')
-
-FIGURES: dict[str, FigureSpec] = {f.name: f for f in [
-    FigureSpec('fig1_overview', fig_overview, ('scale',), 'Figure 1'),
-    FigureSpec('fig2_mlm_vs_clm', fig_mlm_vs_clm, _SCORES, 'Figure 2'),
-    FigureSpec('fig3_mask_ratio', fig_mask_ratio, _SCORES, 'Figure 3'),
-    FigureSpec('fig4_data_efficiency', fig_data_efficiency, _SCORES, 'Figure 4'),
-    FigureSpec('fig4b_data_efficiency_flops', fig_data_efficiency, (*_SCORES, 'flops_per_step'),
-               'Figure 4 against FLOPs (appendix)', needs='flops_per_step'),
-    FigureSpec('fig5_lr_stability', fig_lr_stability, ('curves', 'scale', 'paper'), 'Figure 5'),
-    FigureSpec('fig6_biphasic', fig_biphasic, _SCORES, 'Figure 6'),
-    FigureSpec('fig7_ratio_after_clm', fig_ratio_after_clm, _SCORES, 'Figure 7'),
-    FigureSpec('fig8_cpt', fig_cpt, _SCORES, 'Figure 8'),
-    FigureSpec('fig9_cpt_loss', fig_cpt_loss, ('cpt_loss', 'scale'), 'Figure 9'),
-    FigureSpec('figA1_biphasic_largest', fig_biphasic_largest, _SCORES, '1B biphasic (appendix)'),
-    FigureSpec('figP_protocol_gap', fig_protocol_gap, ('gaps', 'scale'), None, demo=False, needs='gaps'),
-]}
-
 # %% ../../nbs/report/02_render.ipynb #c454cedc
-def draw_figures(inputs: dict,                 # a value (or None) for every key of `FIGURE_INPUTS`
-                 figures: dict | None = None,  # the registry (`FIGURES` when None)
+def draw_figures(inputs: dict,                              # a value (or None) for every key of `FIGURE_INPUTS`
+                 figures: dict[str, FigureSpec] | None = None,  # the registry (`FIGURES` when None)
                 ) -> dict:
     "name -> figure for every row of the registry whose inputs are given, in the registry's order."
     missing = sorted(set(FIGURE_INPUTS) - set(inputs))
@@ -187,12 +152,14 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
                flops_per_step=paper_flops_per_step,  # (size, kind) -> FLOPs per step (Figure 4's appendix variant); None: skip it
                selection: str = DEFAULT_SELECTION,   # LR selection: 'per_seed' (each seed's best) or 'mean' (best seed-mean)
                source: str | None = None,     # whose rows: 'ours' or 'authors' (None: ours where the store holds any)
+               cell: dict | None = None,      # the rows of one cell (`cell_rows`, e.g. dict(max_steps=200)); None: all
               ) -> list[Path]:
     "Every figure (PNG + PDF) and table (Markdown + LaTeX) of the paper into `out_dir`."
+    results, scale_text = _source_and_scale(results, source, scale)
+    results = drawn_rows(results, cell)          # one cell, or refused before anything is written
     setup_style()
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    demo = scale == 'demo'
-    results, scale = _source_and_scale(results, source, scale)
+    demo, scale = scale == 'demo', scale_text
     results, control = split_control(results)   # the control is a reference line, not an experiment's point
     control = control_scores(control, selection)
     every = paper_rows(results)          # the paper's datasets only (no `qed`)
@@ -235,6 +202,23 @@ def _source_and_scale(results: pd.DataFrame, source: str | None, scale: str) -> 
     whose = lambda s: {'ours': 'our', 'authors': "the authors'"}.get(s, f"{s}'s")
     return results, (f"{scale_note(scale)}; {whose(source)} rows only, the store also holds "
                      + ', '.join(f'{whose(s)} (--source {s})' for s in others))
+
+# %% ../../nbs/report/02_render.ipynb #a7b0f002
+def drawn_rows(results: pd.DataFrame,
+               cell: dict | None = None,   # keep the rows of this cell first (`cell_rows`); None: all
+              ) -> pd.DataFrame:
+    "The rows the figures and tables draw: refused (`check_one_cell`) unless each protocol cell's rows share one cell."
+    if cell: results = cell_rows(results, **cell)
+    every = paper_rows(results)
+    for pc in protocol_cells(every): check_one_cell(protocol_cell(every, **pc), 'a figure or table')
+    return results
+
+# %% ../../nbs/report/02_render.ipynb #a7b0f003
+def cell_choice(items: list[str] | None) -> dict:
+    "`--cell SETTING=VALUE` options as a dict for `cell_rows`; one without '=' is refused, naming it."
+    bad = [i for i in items or [] if '=' not in i]
+    if bad: raise ConfigError(f'--cell {bad[0]!r}: give SETTING=VALUE, e.g. --cell max_steps=200')
+    return dict(i.split('=', 1) for i in items or [])
 
 # %% ../../nbs/report/02_render.ipynb #b186d2a7
 def _table1_caption(demo: bool, scale: str) -> str:
@@ -295,8 +279,14 @@ def main(argv: list[str] | None = None) -> None:
                    help="whose rows to draw when a store holds both (default: ours); the figures say which")
     p.add_argument('--selection', default=DEFAULT_SELECTION, choices=list(SELECTIONS),
                    help="LR selection: 'per_seed' (each seed's best LR on validation; reproduces the paper) or 'mean'")
+    p.add_argument('--cell', action='append', metavar='SETTING=VALUE',
+                   help='draw the rows of one cell where the store holds several (e.g. --cell max_steps=200; repeatable)')
     args = p.parse_args(argv)
     results = _read_for_figures(p, args.results)
+    try:
+        if args.cell: results = cell_rows(results, **cell_choice(args.cell))
+        drawn_rows(one_source(results, args.source)[0])      # several cells, or a source it lacks: refused, nothing written
+    except ValueError as e: p.exit(2, f'error: {e}\n')
     out = Path(args.out)
     loss_csv = out/'cpt_loss.csv'
     if args.study:
@@ -306,10 +296,7 @@ def main(argv: list[str] | None = None) -> None:
             pl = collect_pretrain_loss(args.study, corpus_unigram_entropy(_study_data(args.study)))
             atomic_write_text(out/'pretrain_loss.csv', pl.to_csv(index=False, float_format='%.4f'))
     loss = pd.read_csv(loss_csv) if loss_csv.is_file() else None
-    try: files = render_all(results, out, args.scale, cpt_loss=loss, selection=args.selection, source=args.source)
-    except ValueError as e:
-        if not str(e).startswith('source='): raise
-        p.exit(2, f'error: {e}\n')
+    files = render_all(results, out, args.scale, cpt_loss=loss, selection=args.selection, source=args.source)
     # the tidy table the figures were drawn from travels with them (sorted, fixed float format: stable diffs)
     table = out/'results.csv'
     if Path(args.results).resolve() != table.resolve():

@@ -13,7 +13,7 @@ from ..base.files import atomic_write_text
 from ..protocol.finetuning import PROTOCOL, PROTOCOL_AXES
 from ..protocol.paper import ADAMW, FAMILIES, PAPER_TASKS, PRETRAIN, RATIOS
 from .figures import (checkpoint_meta, final_models, finish_panels, fixed_budget_rows, full_budget,
-                                   own_units, panel_row)
+                                   own_units, panel_row, register_figure)
 from ..results.aggregation import (DEFAULT_SELECTION, SELECTIONS, diff_interval, protocol_cell, protocol_cells,
                                         seed_family_scores)
 from ..results.paper_runs import paper_rows
@@ -54,6 +54,7 @@ def protocol_gaps(results: pd.DataFrame, selection: str = DEFAULT_SELECTION) -> 
     return pd.DataFrame(rows, columns=cols)
 
 # %% ../../nbs/report/01_tables.ipynb #dd2c220a
+@register_figure('figP_protocol_gap', ('gaps', 'scale'), None, demo=False, needs='gaps')
 def fig_protocol_gap(gaps: pd.DataFrame, scale: str):
     "The MLM−CLM gap per family under each fine-tuning protocol cell (bars: pairs; shaded: the paper's cell)."
     cells = list(dict.fromkeys(zip(*(gaps[a] for a in PROTOCOL_AXES))))

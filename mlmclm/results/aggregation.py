@@ -11,13 +11,13 @@ import pandas as pd
 
 from ..base.configs import ConfigError
 from ..protocol.finetuning import PROTOCOL_AXES, check_protocol_axes
-from ..protocol.runs import PER_DATASET, run_key
-from .store import unique_runs, with_cells
+from ..protocol.runs import CELL, KEYED, PER_DATASET, run_key
+from .store import cell_settings, unique_runs, with_cells
 
 # %% auto #0
-__all__ = ['SELECTIONS', 'DEFAULT_SELECTION', 'FAMILY_SCORE_COLUMNS', 'protocol_cell', 'protocol_cells', 'counted', 't_interval',
-           'select_lr', 'aggregate', 'seed_family_scores', 'family_scores', 'lr_curve', 'lr_sensitivity',
-           'diff_interval', 'bootstrap_intervals']
+__all__ = ['SELECTIONS', 'DEFAULT_SELECTION', 'FAMILY_SCORE_COLUMNS', 'protocol_cell', 'protocol_cells', 'cell_conflicts',
+           'check_one_cell', 'cell_rows', 'counted', 't_interval', 'select_lr', 'aggregate', 'seed_family_scores',
+           'family_scores', 'lr_curve', 'lr_sensitivity', 'diff_interval', 'bootstrap_intervals']
 
 # %% ../../nbs/results/02_aggregation.ipynb #1f6574b0
 def protocol_cell(results: pd.DataFrame, **cell) -> pd.DataFrame:
@@ -41,6 +41,55 @@ def protocol_cells(results: pd.DataFrame) -> list[dict]:
 
 # %% ../../nbs/results/02_aggregation.ipynb #a72b88ac
 def _cell_name(cell: dict) -> str: return '/'.join(cell.values())
+
+# %% ../../nbs/results/02_aggregation.ipynb #d5e0f002
+def cell_conflicts(results: pd.DataFrame) -> list[tuple[str, str | None, dict]]:
+    """(setting, dataset or None, {value: checkpoints}) for each setting of `runs.CELL` on which `results`' rows differ;
+    one of `PER_DATASET` only where it differs within a dataset. The source and the protocol axes (`KEYED`) are left
+    out: they are chosen by name (`one_source`, `protocol_cell`)."""
+    if not len(results): return []
+    cells, names = cell_settings(results), results.checkpoint_name.astype(str)
+    found = []
+    for k in CELL:
+        if k in KEYED: continue
+        value = cells[k].map(repr)
+        groups = [(None, value)] if k not in PER_DATASET else [(ds, value[results.dataset == ds]) for ds in sorted(set(results.dataset))]
+        for ds, v in groups:
+            if v.nunique() > 1: found.append((k, ds, {x: sorted(set(names[v.index[v == x]])) for x in sorted(set(v))}))
+    return found
+
+# %% ../../nbs/results/02_aggregation.ipynb #d5e0f003
+def _keep_one(found: list) -> str:
+    "How to keep one cell, for the first of `found` (`cell_conflicts`)."
+    k, ds, vals = found[0]
+    if ds is not None:   # one dataset's rows: choosing that setting's value would drop every other dataset
+        return (f'Re-run the checkpoints of {ds} under one {k} (finetune_sweep(..., force=<reason>)), or leave {ds} out '
+                f'of the rows drawn')
+    x = next(iter(vals))
+    return (f"Keep the rows of one cell (e.g. cell_rows(results, {k}={x}) or `mlmclm figures --cell {k}={x.strip(chr(39))}`), "
+            f'or re-run the others under the same settings')
+
+# %% ../../nbs/results/02_aggregation.ipynb #d5e0f006
+def check_one_cell(results: pd.DataFrame, what: str = 'a figure') -> None:
+    "Refuse `results` unless its rows share one cell (`cell_conflicts`), naming each difference and how to keep one."
+    found = cell_conflicts(results)
+    if not found: return
+    say = lambda k, ds, vals: f"{k}{f' on {ds}' if ds else ''}: " + ', '.join(f"{x} ({', '.join(c)})" for x, c in vals.items())
+    raise ConfigError(f'{what} compares checkpoints fine-tuned alike, but these rows were fine-tuned under different '
+                      f"settings: {'; '.join(say(*f) for f in found)}. {_keep_one(found)}")
+
+# %% ../../nbs/results/02_aggregation.ipynb #d5e0f004
+def cell_rows(results: pd.DataFrame, **cell) -> pd.DataFrame:
+    """The rows whose cell (`runs.row_cell`) has each value of `cell`, compared as text (`max_steps=200`,
+    `dataset_revision='None'`); a setting outside `runs.CELL` or a value no row has is refused, naming what there is."""
+    unknown = sorted(set(cell) - set(CELL))
+    if unknown: raise ConfigError(f'cell settings {unknown} are not settings of a cell; choose among {list(CELL)}')
+    cells, keep = cell_settings(results), pd.Series(True, index=results.index)
+    for k, v in cell.items():
+        text = cells[k].map(str)
+        if str(v) not in set(text): raise ConfigError(f'{k}={v!r}: the rows hold {k} = {sorted(set(text))} only')
+        keep &= text.eq(str(v))
+    return results[keep]
 
 # %% ../../nbs/results/02_aggregation.ipynb #17aba356
 SELECTIONS = {'per_seed': "each seed's own best LR on validation; test mean and 95% t-interval over seeds of these per-seed scores",
@@ -102,13 +151,16 @@ _FAMILY = ['checkpoint_name', 'source', 'cell', 'family']
 
 def _once_per_dataset(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """`df` (labelled by `with_cells(..., per_dataset=False)`), refused if a dataset shows twice in one group of `by`:
-    its rows then differ only in a per-dataset setting (a token limit asked for some runs, the task's own for others)."""
+    its rows then differ only in a per-dataset setting (a token limit asked for some runs, the task's own for others;
+    two revisions of the dataset), which this names."""
     dup = df[df.duplicated(subset=[*by, 'dataset'], keep=False)]
     if len(dup):
         r = dup.iloc[0]
+        same = dup[(dup[by] == r[by]).all(axis=1) & dup.dataset.eq(r.dataset)]
+        differ = [k for k in PER_DATASET if cell_settings(same)[k].map(repr).nunique() > 1] or list(PER_DATASET)
         raise ConfigError(f'{r.checkpoint_name} ({r.source}) holds rows of {r.dataset} that differ only in '
-                          f"{', '.join(PER_DATASET)}: a family table would average them; keep the rows of one first "
-                          '(e.g. results[results.max_length == 512])')
+                          f"{', '.join(differ)}: a family table would average them; keep the rows of one first "
+                          f'(e.g. cell_rows(results, {differ[0]}={cell_settings(same)[differ[0]].iloc[0]!r}))')
     return df
 
 # %% ../../nbs/results/02_aggregation.ipynb #4819ea19

@@ -6,17 +6,16 @@
 from __future__ import annotations
 
 import os
-import stat
 import time
 import warnings
 from pathlib import Path
 
 from ..base.claims import ClaimHeld, LEASE_S, claim, claim_state, fs_now, owner_alive, this_process, utc_now
 from ..base.configs import ConfigError
-from ..base.files import atomic_path, atomic_write_text, jsonl_rows, open_shared, read_shared, to_json
+from ..base.files import FileLines, UnreadableFile, atomic_path, atomic_write_text, line_row, open_shared, to_json
 from ..protocol.runs import run_key, shard_dir
 from .store import (SCORES_SUFFIX, check_store_path, code_version, current_rows, existing_store,
-                                  is_header, problem_line, row_files, row_problem, scan_store, store_suffix,
+                                  is_header, read_shard, row_files, row_problem, scan_scores, scan_store, store_suffix,
                                   writer_id)
 
 # %% auto #0
@@ -24,33 +23,33 @@ __all__ = ['shard_state', 'compact', 'store_health', 'describe_health', 'main']
 
 # %% ../../nbs/results/01_compaction.ipynb #94168900
 def shard_state(f: Path, abandoned_after_s: float | None = None, now: float | None = None) -> str:
-    "'closed', 'dead' (its writer no longer runs on this host), 'abandoned' (silent too long) or 'open'."
-    heads = [r for _, r in jsonl_rows(f)[0] if is_header(r)]
+    """'closed', 'dead' (its writer no longer runs on this host), 'abandoned' (silent too long), 'open', or
+    'unreadable' (a link, a file this user may not read, not a shard: `store.read_shard`), never taken."""
+    rows, problems = read_shard(f)
+    if any(p.startswith('the whole file') for p in problems): return 'unreadable'
+    heads = [r for _, r in rows if is_header(r)]
     if any('_closed' in r for r in heads): return 'closed'
     header = next((r['_writer'] for r in heads if '_writer' in r), None)
     if owner_alive(header) is False: return 'dead'
     if abandoned_after_s is not None and now is not None:
         try:
-            if now - f.stat().st_mtime > abandoned_after_s: return 'abandoned'
+            if now - f.lstat().st_mtime > abandoned_after_s: return 'abandoned'
         except FileNotFoundError: pass
     return 'open'
-
-# %% ../../nbs/results/01_compaction.ipynb #ae4d020a
-def _regular(f: Path) -> bool:
-    "Whether `f` is (or links to) a regular file."
-    try: return stat.S_ISREG(f.stat().st_mode)
-    except OSError: return False
 
 # %% ../../nbs/results/01_compaction.ipynb #b31f51b2
 def _take_shards(store: Path, abandoned_after_s: float | None) -> list[Path]:
     "Move the shards that will not grow, with their scores, into `compacting/`; returns the row shards taken."
     d = shard_dir(store); now = fs_now(d)
-    taken = [f for f in row_files(store)[:-1]     # a link to nothing, a FIFO, a device stay where they are (readers name them)
-             if f.parent == d and _regular(f) and shard_state(f, abandoned_after_s, now) != 'open']
+    if (d/'compacting').is_symlink():
+        raise ConfigError(f"{d/'compacting'} is a symbolic link (to {os.readlink(d/'compacting')}), not the store's own "
+                          f'folder: compact moves shards into it and deletes them; remove the link, then compact again')
+    taken = [f for f in row_files(store)[:-1]     # links, FIFOs, unreadable files and others' files stay (readers name them)
+             if f.parent == d and shard_state(f, abandoned_after_s, now) not in ('open', 'unreadable')]
     (d/'compacting').mkdir(exist_ok=True)
     for f in taken:
         for g in (f, f.with_suffix('.scores.jsonl')):
-            if g.exists(): os.replace(g, d/'compacting'/g.name)
+            if g.exists() and not g.is_symlink(): os.replace(g, d/'compacting'/g.name)
     return taken
 
 # %% ../../nbs/results/01_compaction.ipynb #3a62c2b2
@@ -59,20 +58,19 @@ def _shown(f: Path) -> str:
     return os.fsencode(f.name).decode('utf-8', 'backslashreplace')
 
 # %% ../../nbs/results/01_compaction.ipynb #523651c8
-def _file_rows(f: Path, data: bytes, is_row) -> tuple[list[dict], list[str]]:
-    "The rows in `data` (the bytes of `f`) that `is_row` accepts, headers left out; every other line, named."
-    rows, problems = jsonl_rows(f, data)
-    raw = data.split(b'\n')
-    text = lambda n: raw[n - 1].decode('utf-8', 'backslashreplace')
-    rejected = [f'{_shown(f)}:{p}\n    {text(problem_line(p))}' for p in problems]
-    if raw[-1].strip() and (not rows or rows[-1][0] != len(raw)):
-        rejected.append(f'{_shown(f)}:line {len(raw)}: torn last line\n    {text(len(raw))}')
-    kept = []
-    for line, r in rows:
-        if is_header(r): continue
-        why = is_row(r)
-        if why: rejected.append(f'{_shown(f)}:line {line}: {why}\n    {to_json(r, indent=None)}')
-        else: kept.append(r)
+def _file_rows(f: Path, lines, is_row) -> tuple[list[dict], list[str]]:
+    """The rows among `lines` (`FileLines` of `f`) that `is_row` accepts, headers left out; every other line, named
+    with its text (a line too long to hold, by its number alone)."""
+    kept, rejected = [], []
+    for number, raw, ended in lines:
+        row, why = line_row(raw, ended)
+        at = f'{_shown(f)}:line {number}'
+        if raw is None: rejected.append(f'{at}: {why}')
+        elif row is None and raw.strip():
+            rejected.append(f"{at}: {why or 'torn last line'}\n    {raw.decode('utf-8', 'backslashreplace')}")
+        elif row is not None and not is_header(row):
+            if bad := is_row(row): rejected.append(f'{at}: {bad}\n    {to_json(row, indent=None)}')
+            else: kept.append(row)
     return kept, rejected
 
 # %% ../../nbs/results/01_compaction.ipynb #133eb425
@@ -91,30 +89,40 @@ def _appended(fd: int, offset: int) -> bytes:
     return tail
 
 # %% ../../nbs/results/01_compaction.ipynb #1b285b0c
-def _merge(target: Path, sources: list[Path], is_row, ident, held) -> tuple[int, list[str], bytes]:
+def _source_rows(f: Path, is_row) -> tuple[list[dict], list[str]] | None:
+    "`_file_rows` of the source `f`, read through `open_shared` (never a link); None when it is gone or cannot be read."
+    try: fd = open_shared(f)
+    except (FileNotFoundError, UnreadableFile): return None      # readers name an unreadable one; it is not deleted
+    try: return _file_rows(f, FileLines(fd, path=f), is_row)
+    except UnreadableFile: return None
+    finally: os.close(fd)
+
+# %% ../../nbs/results/01_compaction.ipynb #c3c0f001
+def _merge(target: Path, sources: list[Path], is_row, ident, held) -> tuple[int, list[str], bytes, list[Path]]:
     """Rewrite `target` with its rows and those of `sources`, each once (by `ident`), if this compaction still
-    `held()` its claim; returns (rows kept, rejected lines, bytes appended to the replaced `target` meanwhile)."""
+    `held()` its claim; returns (rows kept, rejected lines, bytes appended to the replaced `target` meanwhile, the
+    sources merged: those read whole)."""
     try: fd = open_shared(target, create=bool(sources))
-    except FileNotFoundError: return 0, [], b''
+    except FileNotFoundError: return 0, [], b'', []
     try:
-        base = _read_from(fd, 0)                   # read once, through `fd`: later appends to this file are found below
-        kept, seen, rejected = [], set(), []
-        for f in [target, *sources]:
-            try: data = base if f == target else read_shared(f)
-            except FileNotFoundError: continue
-            rows, bad = _file_rows(f, data, is_row)
-            rejected += bad
-            for r in rows:
-                if ident(r) not in seen: seen.add(ident(r)); kept.append(to_json(r, indent=None))
-        if not sources and not rejected: return len(kept), rejected, b''
+        base = FileLines(fd, path=target)          # read once, through `fd`: later appends to this file are found below
+        kept, rejected = _file_rows(target, base, is_row)
+        seen, lines, merged = set(), [], []
+        for f, found in [(target, (kept, [])), *((f, _source_rows(f, is_row)) for f in sources)]:
+            if found is None: continue
+            merged += [f] if f != target else []
+            rejected += found[1]
+            for r in found[0]:
+                if ident(r) not in seen: seen.add(ident(r)); lines.append(to_json(r, indent=None))
+        if not sources and not rejected: return len(lines), rejected, b'', []
         with atomic_path(target) as tmp:
             with open(tmp, 'w', encoding='utf-8') as out:
-                out.write(''.join(line + '\n' for line in kept)); out.flush(); os.fsync(out.fileno())
+                out.write(''.join(line + '\n' for line in lines)); out.flush(); os.fsync(out.fileno())
             if not held():
                 raise ClaimHeld(f'{target}: this compaction lost its claim (silent longer than its lease, another one took '
                                 f'over); it stopped before replacing {target.name}, so nothing is lost: the shards it '
                                 f'moved stay in compacting/ for the next compaction')
-        return len(kept), rejected, _appended(fd, len(base))
+        return len(lines), rejected, _appended(fd, base.end), merged
     finally: os.close(fd)
 
 # %% ../../nbs/results/01_compaction.ipynb #be9ad744
@@ -139,7 +147,9 @@ def _row_ident(r: dict): return r.get('row_id') or to_json(r, indent=None)
 def _scores_ident(e: dict): return (e['row_id'], e.get('split'))   # a run's validation and test scores share its row id
 
 # %% ../../nbs/results/01_compaction.ipynb #5e96fe43
-def _scores_problem(e: dict): return None if {'row_id', 'f32_zlib_b64'} <= set(e) else 'not a scores entry'
+def _scores_problem(e: dict):
+    "Why `e` is no scores line; a damaged payload is merged as it is, where readers and `health` go on naming it."
+    return None if {'row_id', 'f32_zlib_b64'} <= set(e) else 'not a scores entry'
 
 # %% ../../nbs/results/01_compaction.ipynb #0ccaf4e1
 def compact(store: str | Path, abandoned_after_s: float | None = None) -> dict:
@@ -156,32 +166,45 @@ def compact(store: str | Path, abandoned_after_s: float | None = None) -> dict:
         taken = _take_shards(store, abandoned_after_s)
         sources = sorted((d/'compacting').glob('*.jsonl'))
         scores = [f for f in sources if f.name.endswith('.scores.jsonl')]
-        rows, rejected, appended = _merge(store, [f for f in sources if f not in scores], row_problem, _row_ident, held.held)
-        _, rejected_scores, appended_scores = _merge(d.with_suffix('.scores.jsonl'), scores, _scores_problem,
-                                                     _scores_ident, held.held)
+        rows, rejected, appended, merged = _merge(store, [f for f in sources if f not in scores], row_problem, _row_ident,
+                                                  held.held)
+        _, rejected_scores, appended_scores, merged_scores = _merge(d.with_suffix('.scores.jsonl'), scores, _scores_problem,
+                                                                    _scores_ident, held.held)
         rejected += rejected_scores
         if appended or appended_scores: _keep_appended(store, appended, appended_scores)
-        if rejected: atomic_write_text(d/f"rejected-{writer_id()}.txt", '\n'.join(rejected) + '\n')
+        if rejected: atomic_write_text(d/f"rejected-{writer_id()}.txt", '\n'.join(rejected) + '\n', mode=0o600)   # yours alone
         if held.held():                            # else the compaction that took over merges (or merged) them
-            for f in sources: f.unlink(missing_ok=True)
+            for f in merged + merged_scores: f.unlink(missing_ok=True)   # one it could not read stays, named by readers
     return dict(shards=len(taken), rows=rows, rejected=len(rejected))
 
 # %% ../../nbs/results/01_compaction.ipynb #6da1fa82
+def _claim_states(claims: list[Path], lease_s: float) -> list[str]:
+    """Each claim's state (`claims.claim_state`); 'age unknown' where it cannot be told here: a claim of another host is
+    aged by the file system's clock, read by creating a file beside it, which a user who may only read the store cannot."""
+    states = []
+    for c in claims:
+        try: states.append(claim_state(c, lease_s)[0])
+        except OSError: states.append('age unknown')
+    return states
+
+# %% ../../nbs/results/01_compaction.ipynb #c3c0f002
 def store_health(store: str | Path, lease_s: float = LEASE_S) -> dict:
-    "What a store holds: rows, runs, duplicates, superseded rows, unreadable lines, shards and claims by state."
+    """What a store holds: rows, runs, duplicates, superseded rows, unreadable lines, per-example score lines that
+    cannot be used, shards and claims by state. It only reads: a store this user may not write is reported too."""
     store_suffix(store)
     rows, problems = scan_store(store)
     current = current_rows(rows)
     d = shard_dir(store)
-    shards = [f for f in row_files(store)[:-1] if f.parent == d and f.exists()]
+    shards = [f for f in row_files(store)[:-1] if f.parent == d and os.path.lexists(f)]
     claims = sorted((d/'claims').glob('*.claim')) if d.is_dir() else []
     count = lambda xs: {k: xs.count(k) for k in sorted(set(xs))}
     return dict(store=str(store), rows=len(rows), runs=len(current),
                 superseded=sum(1 for r in rows if r.get('supersedes') and current[run_key(r)] is r),
                 duplicates=len(rows) - len(current) - sum(1 for r in rows if r.get('supersedes')),
                 unreadable={str(f): len(p) for f, p in problems.items()}, shards=count([shard_state(f) for f in shards]),
+                damaged_scores=count([str(f) for f, *_ in scan_scores(store)[1]]),
                 interrupted_compaction=len(list((d/'compacting').glob('*.jsonl'))) if d.is_dir() else 0,
-                claims=count([claim_state(c, lease_s)[0] for c in claims]))
+                claims=count(_claim_states(claims, lease_s)))
 
 # %% ../../nbs/results/01_compaction.ipynb #8924eb26
 def _counts(c: dict) -> str: return ', '.join(f'{n} {k}' for k, n in c.items()) or 'none'
@@ -195,6 +218,12 @@ def describe_health(h: dict) -> str:
     if h['unreadable']:
         lines += ['  skipped lines (not complete rows; see the warnings of load_results):']
         lines += [f'    {f}: {n}' for f, n in h['unreadable'].items()]
+    if h.get('damaged_scores'):
+        lines += ['  per-example score lines that cannot be used (damaged or not finite; their runs are not ranked):']
+        lines += [f'    {f}: {n}' for f, n in h['damaged_scores'].items()]
+    if h['claims'].get('age unknown'):
+        lines.append("  claims of other hosts are aged by the file system's clock, read by creating a file in claims/, "
+                     'which this user may not do here: their age is unknown')
     if h['interrupted_compaction']: lines.append(f"  {h['interrupted_compaction']} shards in compacting/: run compact again")
     if h['shards'].get('dead') or h['shards'].get('closed'): lines.append('  compact would merge the closed and dead shards')
     return '\n'.join(lines)

@@ -6,10 +6,12 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import re
 import seaborn as sns
 import warnings
 from collections import Counter
@@ -19,19 +21,19 @@ from pathlib import Path
 from scipy import stats
 
 from ..base.configs import ConfigError
-from ..base.files import atomic_path
+from ..base.files import atomic_path, write_failure
 from ..protocol.finetuning import PROTOCOL_AXES
 from ..protocol.paper import FAMILIES, PAPER_TASKS
 from ..protocol.runs import run_key, shard_dir
 from .aggregation import (DEFAULT_SELECTION, SELECTIONS, bootstrap_intervals, diff_interval,
                                         protocol_cell, protocol_cells, select_lr, t_interval)
-from .store import load_results, read_examples
+from .store import load_results, scan_examples, with_cells
 
 # %% auto #0
-__all__ = ['H2H_COLUMNS', 'RANK_COLUMNS', 'UNPAIRED', 'DATASET_RANK_COLUMNS', 'FAMILY_RANK_COLUMNS', 'RC', 'RankConfig',
+__all__ = ['H2H_COLUMNS', 'RANK_COLUMNS', 'UNPAIRED', 'GROUP', 'DATASET_RANK_COLUMNS', 'FAMILY_RANK_COLUMNS', 'RC', 'RankConfig',
            'bootstrap_resample', 'head_to_heads', 'beats', 'rank_clusters', 'rank_systems', 'segment_scores',
            'sources_and_cells', 'dataset_ranks', 'family_ranks', 'one_group', 'fig_ranking', 'save_figure',
-           'rank_store', 'whose', 'describe_ranks', 'write_ranking', 'main']
+           'rank_store', 'whose', 'group_title', 'describe_ranks', 'figure_name', 'write_ranking', 'main']
 
 # %% ../../nbs/results/04_ranking.ipynb #ec5474a5
 @dataclass(frozen=True)
@@ -118,13 +120,17 @@ UNPAIRED = {('authors', 'nq'): "the authors' NQ test halves are drawn unseeded i
 
 def segment_scores(selected: pd.DataFrame,  # `select_lr`'s rows of one dataset (one source, one protocol cell)
                    examples: dict,          # run key -> per-example test scores (`read_examples(store)`)
+                   damaged: dict | None = None,   # run key -> why its scores cannot be used (`scan_examples(store)`)
                   ) -> tuple[pd.DataFrame, dict, dict]:
     "((examples, systems) of seed-mean per-example scores, system -> seeds used, system -> why it is not ranked)."
     arrays, seeds, why = {}, {}, {}
     for ck, g in selected.groupby('checkpoint_name', sort=True):
-        have = [a for a in (examples.get(run_key(r)) for r in g.to_dict('records')) if a is not None and a.size]
+        runs = g.to_dict('records')
+        lost = [f"seed {r['seed']}: {(damaged or {})[run_key(r)]}" for r in runs if run_key(r) in (damaged or {})]
+        have = [a for a in (examples.get(run_key(r)) for r in runs) if a is not None and a.size]
         sizes = sorted({a.size for a in have})
-        if not have: why[ck] = 'no per-example test scores'
+        if lost: why[ck] = 'per-example scores that cannot be used (' + '; '.join(lost) + ')'
+        elif not have: why[ck] = 'no per-example test scores'
         elif len(sizes) > 1: why[ck] = f'its seeds hold different numbers of test examples {sizes}'
         else: arrays[ck], seeds[ck] = np.mean(have, axis=0, dtype=float), len(have)
     counts = Counter(a.size for a in arrays.values())
@@ -135,35 +141,60 @@ def segment_scores(selected: pd.DataFrame,  # `select_lr`'s rows of one dataset 
     return pd.DataFrame(arrays), seeds, why
 
 # %% ../../nbs/results/04_ranking.ipynb #26810740
-DATASET_RANK_COLUMNS = ['source', *PROTOCOL_AXES, 'family', 'dataset', 'checkpoint', 'rank', 'score', 'ci_low', 'ci_high',
+GROUP = ['source', *PROTOCOL_AXES, 'cell']   # what is ranked apart: who ran it, the protocol cell, the other settings
+DATASET_RANK_COLUMNS = [*GROUP, 'family', 'dataset', 'checkpoint', 'rank', 'score', 'ci_low', 'ci_high',
                         'boot_low', 'boot_high', 'gap', 'gap_low', 'gap_high', 'n_seeds', 'n_examples', 'n_systems',
                         'n_clusters', 'note']
 
 
-def sources_and_cells(results: pd.DataFrame) -> list[tuple[str, dict, pd.DataFrame]]:
-    "(source, protocol cell, its rows) for each pair the rows hold, ours first: no ranking mixes them."
+def sources_and_cells(results: pd.DataFrame) -> list[tuple[str, dict, str, pd.DataFrame]]:
+    """(source, protocol cell, cell, its rows) for each group the rows hold, ours first: no ranking mixes them. `cell`
+    names the settings (`runs.CELL`) on which the rows of one source and protocol cell differ ('' when they share
+    them), but those a family's datasets differ in by design (`PER_DATASET`: `_split_by_setting` keeps them apart)."""
     src = results['source'].fillna('ours').astype(str) if 'source' in results else pd.Series('ours', index=results.index)
     out = []
     for s in sorted(set(src), key=lambda s: (s != 'ours', s)):
         rows = results[src == s]
-        out += [(s, cell, protocol_cell(rows, **cell)) for cell in protocol_cells(rows)]
+        for pc in protocol_cells(rows):
+            in_pc = protocol_cell(rows, **pc)
+            label = with_cells(in_pc, per_dataset=False).cell
+            out += [(s, pc, cell, in_pc[label == cell]) for cell in sorted(set(label))]
     return out
 
 # %% ../../nbs/results/04_ranking.ipynb #13b413e1
-def _rank_dataset(sel: pd.DataFrame, examples: dict, config: RankConfig, unpaired: str | None) -> list[dict]:
+def _split_by_setting(sel: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """(the rows of one dataset that are ranked, the others with their setting in `local`, the ranked ones' setting):
+    where the dataset's systems ran under several values of a setting a family's datasets may differ in (its
+    revision, a token limit), those of the value most systems hold are ranked; the others are never paired with them."""
+    local = with_cells(sel).cell                 # what this dataset's rows differ in ('' when nothing)
+    if local.nunique() < 2: return sel, sel.iloc[:0].assign(local=''), ''
+    n = {c: sel.checkpoint_name[local == c].nunique() for c in set(local)}
+    chosen = max(n, key=lambda c: (n[c], c))
+    return sel[local == chosen], sel[local != chosen].assign(local=local[local != chosen]), chosen
+
+# %% ../../nbs/results/04_ranking.ipynb #e4a0f001
+def _rank_dataset(sel: pd.DataFrame, examples: dict, config: RankConfig, unpaired: str | None,
+                  damaged: dict | None = None) -> list[dict]:
     "One dataset's rows of the table (no bootstrap interval yet): every system, ranked where its scores allow."
-    seg, seeds, why = segment_scores(sel, examples)
+    sel, apart, chosen = _split_by_setting(sel)
+    seg, seeds, why = segment_scores(sel, examples, damaged)
     if unpaired: why, seg = {**why, **{ck: unpaired for ck in seg}}, seg.iloc[:, :0]
     ranked = rank_systems(seg, config).set_index('system') if seg.shape[1] else pd.DataFrame(columns=['rank'])
     per_seed = {ck: g.test_score.to_numpy(float) for ck, g in sel.groupby('checkpoint_name')}
     top = ranked.index[0] if len(ranked) else None
+    shared = dict(n_systems=seg.shape[1], n_clusters=int(ranked['rank'].max()) if len(ranked) else 0)
     rows = []
     for ck, scores in per_seed.items():
         m, lo, hi = t_interval(scores)
         gap = diff_interval(per_seed[top], scores) if top is not None and ck != top else (np.nan,) * 3
         rows.append(dict(checkpoint=ck, rank=ranked['rank'].get(ck, np.nan), score=m, ci_low=lo, ci_high=hi,
                          gap=gap[0], gap_low=gap[1], gap_high=gap[2], n_seeds=seeds.get(ck, 0), n_examples=len(seg) if ck in seg else 0,
-                         n_systems=seg.shape[1], n_clusters=int(ranked['rank'].max()) if len(ranked) else 0, note=why.get(ck, '')))
+                         **shared, note=why.get(ck, ''), _cell=sel.cell[sel.checkpoint_name == ck].iloc[0]))
+    for (ck, cell, local), g in apart.groupby(['checkpoint_name', 'cell', 'local']):
+        m, lo, hi = t_interval(g.test_score)
+        rows.append(dict(checkpoint=ck, rank=np.nan, score=m, ci_low=lo, ci_high=hi, gap=np.nan, gap_low=np.nan, gap_high=np.nan,
+                         n_seeds=0, n_examples=0, **shared, _cell=cell,
+                         note=f'fine-tuned with {local} where the systems ranked here have {chosen}: never paired with them'))
     return sorted(rows, key=lambda r: (np.isnan(r['rank']), r['rank'] if r['rank'] == r['rank'] else 0, -r['score'], r['checkpoint']))
 
 # %% ../../nbs/results/04_ranking.ipynb #e7f736b5
@@ -175,51 +206,54 @@ def _dataset_order(df: pd.DataFrame) -> pd.Series:
     return df.dataset.map({d: i for i, d in enumerate(PAPER_TASKS)}).fillna(len(PAPER_TASKS))   # the paper's, then by name
 
 # %% ../../nbs/results/04_ranking.ipynb #be06178f
-def dataset_ranks(results: pd.DataFrame,     # result rows (`load_results(store)`): any sources and protocol cells
+def dataset_ranks(results: pd.DataFrame,     # result rows (`load_results(store)`): any sources and cells
                   examples: dict,            # run key -> per-example test scores (`read_examples(store)`)
                   selection: str = DEFAULT_SELECTION,   # how each seed's LR is chosen (`mlmclm.results.aggregation.SELECTIONS`)
                   config: RankConfig = RankConfig(),
+                  damaged: dict | None = None,   # run key -> why its per-example scores cannot be used (`scan_examples`)
                  ) -> pd.DataFrame:
-    "Per (source, protocol cell, dataset, checkpoint): rank cluster beside the t-, bootstrap and Welch intervals."
+    "Per (source, protocol cell, cell, dataset, checkpoint): rank cluster beside the t-, bootstrap and Welch intervals."
     out = []
-    for source, cell, rows in sources_and_cells(results):
+    for source, pc, cell, rows in sources_and_cells(results):
         sel = select_lr(rows, selection)
         if not len(sel): continue
-        boot = bootstrap_intervals(rows, examples, selection, seed=config.seed).set_index(['checkpoint', 'dataset'])
+        boot = bootstrap_intervals(rows, examples, selection, seed=config.seed).set_index(['checkpoint', 'cell', 'dataset'])
         for ds, g in sel.groupby('dataset', sort=True):
             unpaired = UNPAIRED.get((source, ds))
-            for r in _rank_dataset(g, examples, config, unpaired):
-                b = (np.nan, np.nan) if unpaired else tuple(boot.loc[(r['checkpoint'], ds), ['boot_low', 'boot_high']])
-                out.append(dict(source=source, **cell, family=g.family.iloc[0], dataset=ds, **r, boot_low=b[0], boot_high=b[1]))
+            for r in _rank_dataset(g, examples, config, unpaired, damaged):
+                at = (r['checkpoint'], r.pop('_cell'), ds)
+                b = (np.nan, np.nan) if unpaired else tuple(boot.loc[at, ['boot_low', 'boot_high']])
+                out.append(dict(source=source, **pc, cell=cell, family=g.family.iloc[0], dataset=ds, **r, boot_low=b[0], boot_high=b[1]))
     df = pd.DataFrame(out, columns=DATASET_RANK_COLUMNS)
     order = df.assign(_f=_family_order(df), _d=_dataset_order(df), _s=df.source.ne('ours'), _i=np.arange(len(df)))
-    return df.loc[order.sort_values(['_s', 'source', *PROTOCOL_AXES, '_f', '_d', 'dataset', '_i']).index].reset_index(drop=True)
+    return df.loc[order.sort_values(['_s', *GROUP, '_f', '_d', 'dataset', '_i']).index].reset_index(drop=True)
 
 # %% ../../nbs/results/04_ranking.ipynb #e14bd0dc
-FAMILY_RANK_COLUMNS = ['source', *PROTOCOL_AXES, 'family', 'checkpoint', 'family_rank', 'mean_rank', 'n_datasets', 'datasets']
+FAMILY_RANK_COLUMNS = [*GROUP, 'family', 'checkpoint', 'family_rank', 'mean_rank', 'n_datasets', 'datasets']
 
 def family_ranks(ranks: pd.DataFrame,  # `dataset_ranks`' table
                 ) -> pd.DataFrame:
-    "Per (source, protocol cell, family, checkpoint): mean rank over the family's datasets, and the place by it."
-    keys = ['source', *PROTOCOL_AXES, 'family']
+    "Per (source, protocol cell, cell, family, checkpoint): mean rank over the family's datasets, and the place by it."
+    keys = [*GROUP, 'family']
     r = ranks.dropna(subset=['rank'])
     out = (r.groupby(keys + ['checkpoint'], sort=False)
             .agg(mean_rank=('rank', 'mean'), n_datasets=('dataset', 'nunique'), datasets=('dataset', lambda d: ' '.join(sorted(d))))
             .reset_index())
     out['family_rank'] = out.groupby(keys, sort=False).mean_rank.rank(method='min').astype(int)
     out = out.assign(_f=_family_order(out), _s=out.source.ne('ours'))
-    return out.sort_values(['_s', 'source', *PROTOCOL_AXES, '_f', 'family_rank', 'checkpoint'])[FAMILY_RANK_COLUMNS].reset_index(drop=True)
+    return out.sort_values(['_s', *GROUP, '_f', 'family_rank', 'checkpoint'])[FAMILY_RANK_COLUMNS].reset_index(drop=True)
 
 # %% ../../nbs/results/04_ranking.ipynb #4a674934
 RC = {'figure.dpi': 100, 'savefig.dpi': 200, 'axes.titlesize': 10, 'axes.labelsize': 9, 'legend.fontsize': 8,
-      'xtick.labelsize': 8, 'ytick.labelsize': 8, 'svg.hashsalt': 'mlmclm', 'pdf.compression': 6}   # as `figures.setup_style`
+      'xtick.labelsize': 8, 'ytick.labelsize': 8, 'svg.hashsalt': 'mlmclm', 'pdf.compression': 6,   # as `figures.setup_style`
+      'text.parse_math': False}   # names are drawn as written: `ckpt$_$x` is a checkpoint, not a formula
 
 
 def one_group(ranks: pd.DataFrame) -> pd.DataFrame:
-    "`ranks` if it holds one source and one protocol cell; a ValueError naming those it holds otherwise."
-    held = ranks[['source', *PROTOCOL_AXES]].drop_duplicates()
+    "`ranks` if it holds one source, protocol cell and cell; a ValueError naming those it holds otherwise."
+    held = ranks[GROUP].drop_duplicates()
     if len(held) != 1:
-        raise ValueError(f'the table holds {len(held)} (source, protocol cell) groups '
+        raise ValueError(f'the table holds {len(held)} (source, protocol cell, cell) groups '
                          f'{[tuple(x) for x in held.itertuples(index=False)]}; draw one at a time')
     return ranks
 
@@ -287,40 +321,53 @@ def rank_store(store: str | Path,   # a results store (.jsonl) whose rows keep p
         if source not in held: raise ConfigError(f'source={source!r}: the store holds rows of {held} only')
         results = results[results['source'].fillna('ours').astype(str) == source]
     if not len(results): raise ConfigError(f'{store}: the store holds no result rows')
-    return dataset_ranks(results, read_examples(store), selection, config)
+    examples, damaged = scan_examples(store)   # a run whose scores line is damaged: its system is listed, not ranked
+    return dataset_ranks(results, examples, selection, config, damaged)
 
 # %% ../../nbs/results/04_ranking.ipynb #4dfa6ffa
 def whose(source: str) -> str: return {'ours': 'our', 'authors': "the authors'"}.get(source, f"{source}'s")
 
 # %% ../../nbs/results/04_ranking.ipynb #36f61969
+def group_title(key: tuple) -> str:
+    "A (source, protocol cell..., cell) group in words: whose runs, the protocol, and the cell where there is one."
+    return f"{whose(key[0])} runs, protocol {'/'.join(key[1:-1])}" + (f', {key[-1]}' if key[-1] else '')
+
+# %% ../../nbs/results/04_ranking.ipynb #e4a0f004
 def describe_ranks(ranks: pd.DataFrame, fams: pd.DataFrame) -> str:
     "The clusters of every dataset (scores in percent) and the family ranks, as text."
     lines = []
-    for key, g in ranks.groupby(['source', *PROTOCOL_AXES], sort=False):
-        lines.append(f"{whose(key[0]).capitalize()} runs, protocol {'/'.join(key[1:])}:")
+    for key, g in ranks.groupby(GROUP, sort=False):
+        title = group_title(key)
+        lines.append(f'{title[0].upper()}{title[1:]}:')
         for ds, d in g.groupby('dataset', sort=False):
             clusters = ' | '.join(f'#{int(k)} ' + ', '.join(f'{c.checkpoint} {c.score * 100:.2f}' for c in c_.itertuples())
                                   for k, c_ in d.dropna(subset=['rank']).groupby('rank'))
             left = '; '.join(', '.join(n.checkpoint) + f': {note}' for note, n in d[d['rank'].isna()].groupby('note', sort=False))
             lines.append(f'  {d.family.iloc[0]} {ds}: {clusters or "nothing ranked"}' + (f' (not ranked: {left})' if left else ''))
-        f = fams.merge(pd.DataFrame([key], columns=['source', *PROTOCOL_AXES]))
+        f = fams.merge(pd.DataFrame([key], columns=GROUP))
         for fam, h in f.groupby('family', sort=False):
             lines.append(f'  {fam} family: ' + ', '.join(f'#{c.family_rank} {c.checkpoint} (mean rank {c.mean_rank:.2f} '
                                                          f'over {c.n_datasets})' for c in h.itertuples()))
     return '\n'.join(lines)
 
 # %% ../../nbs/results/04_ranking.ipynb #3632235e
+def figure_name(key: tuple) -> str:
+    "The file stem of a group's figure: `ranking-<source>`, then the protocol cell off the paper's, then the cell."
+    paper_cell = tuple(v[0] for v in PROTOCOL_AXES.values())
+    cell = re.sub(r'[^A-Za-z0-9._=-]+', '_', key[-1])
+    if len(cell) > 80: cell = f'{cell[:70]}-{hashlib.sha1(key[-1].encode()).hexdigest()[:8]}'   # long: shortened, still apart
+    return (f'ranking-{key[0]}' + ('' if tuple(key[1:-1]) == paper_cell else '-' + '-'.join(key[1:-1]))
+            + (f'-{cell}' if cell else ''))
+
+# %% ../../nbs/results/04_ranking.ipynb #e4a0f005
 def write_ranking(ranks: pd.DataFrame, fams: pd.DataFrame, folder: str | Path) -> list[Path]:
-    "`ranking.csv`, `family_ranking.csv` and `ranking-<source>[-<cell>]` figures in `folder`."
+    "`ranking.csv`, `family_ranking.csv` and one `figure_name` figure per group in `folder`."
     folder = Path(folder)
     out = []
     for name, df in (('ranking.csv', ranks), ('family_ranking.csv', fams)):
         with atomic_path(folder/name) as tmp: df.to_csv(tmp, index=False, float_format='%.6g')
         out.append(folder/name)
-    paper_cell = tuple(v[0] for v in PROTOCOL_AXES.values())
-    for key, g in ranks.groupby(['source', *PROTOCOL_AXES], sort=False):
-        name = f'ranking-{key[0]}' + ('' if key[1:] == paper_cell else '-' + '-'.join(key[1:]))
-        out += save_figure(fig_ranking(g, f"{whose(key[0])} runs, protocol {'/'.join(key[1:])}"), folder, name)
+    for key, g in ranks.groupby(GROUP, sort=False): out += save_figure(fig_ranking(g, group_title(key)), folder, figure_name(key))
     return out
 
 # %% ../../nbs/results/04_ranking.ipynb #2afbcbc3
@@ -345,7 +392,9 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as e: p.exit(2, f'error: {e}\n')
     fams = family_ranks(ranks)
     print(describe_ranks(ranks, fams))
-    for f in write_ranking(ranks, fams, args.out) if args.out else []: print(f'wrote {f}')
+    try: written = write_ranking(ranks, fams, args.out) if args.out else []
+    except OSError as e: p.exit(1, f'error: {write_failure(e, args.out)}\n')   # a full disk, a read-only folder
+    for f in written: print(f'wrote {f}')
 
 # %% ../../nbs/results/04_ranking.ipynb #3ff2c470
 if __name__ == '__main__' and not hasattr(__import__('builtins'), '__IPYTHON__'): main()

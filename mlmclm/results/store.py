@@ -15,6 +15,7 @@ import pandas as pd
 import re
 import time
 import uuid
+import warnings
 import zipfile
 import zlib
 from functools import lru_cache
@@ -22,16 +23,19 @@ from pathlib import Path
 
 from ..base.claims import HOST, this_process, utc_now
 from ..base.configs import ConfigError
-from ..base.files import WriteError, append_lines, jsonl_rows, open_shared, read_shared, to_json, warn_lines
+from ..base.files import (FileLines, WriteError, append_lines, jsonl_rows, line_row, open_shared, read_shared,
+                               to_json, warn_lines)
 from ..base.records import git_commit
 from ..protocol.finetuning import PROTOCOL_AXES
 from ..protocol.runs import CELL, FinetuneRun, PER_DATASET, cell_differences, row_cell, run_key, shard_dir
 
 # %% auto #0
-__all__ = ['RESULT_KEYS', 'RESULT_COLUMNS', 'SCORES_SUFFIX', 'store_suffix', 'check_store_path', 'existing_store', 'row_files',
-           'row_problem', 'is_header', 'problem_line', 'scan_store', 'read_rows', 'current_rows', 'load_results',
-           'with_cells', 'unique_runs', 'tidy_results', 'read_results', 'code_version', 'writer_id', 'StoreWriter',
-           'read_examples', 'checkpoint_identity', 'check_checkpoint_name', 'missing', 'check_settings']
+__all__ = ['RESULT_KEYS', 'RESULT_COLUMNS', 'SCORES_SUFFIX', 'NOT_A_SHARD', 'store_suffix', 'is_header', 'check_store_path',
+           'shard_header', 'enclosing_store', 'existing_store', 'row_files', 'row_problem', 'read_shard',
+           'problem_line', 'scan_store', 'read_rows', 'current_rows', 'load_results', 'cell_settings', 'with_cells',
+           'unique_runs', 'tidy_results', 'read_results', 'code_version', 'writer_id', 'decode_scores', 'StoreWriter',
+           'scan_scores', 'scan_examples', 'read_examples', 'checkpoint_identity', 'check_checkpoint_name', 'missing',
+           'check_settings', 'check_revisions']
 
 # %% ../../nbs/results/00_store.ipynb #8be1669b
 RESULT_KEYS = ('checkpoint_name', 'dataset', 'lr', 'seed')
@@ -50,17 +54,52 @@ def store_suffix(store) -> Path:
         raise ConfigError(f'results={str(store)!r} names {what}; a results store is JSON lines: give a path ending in .jsonl')
     return p
 
+# %% ../../nbs/results/00_store.ipynb #11c92b9c
+def is_header(r: dict) -> bool:
+    "A shard's header or closing line: exactly `{'_writer': ...}` or `{'_closed': ...}`; anything else is a row."
+    return len(r) == 1 and next(iter(r)) in ('_writer', '_closed')
+
 # %% ../../nbs/results/00_store.ipynb #b8905143
 def check_store_path(store: str | Path) -> Path:
     """The path of a results store to write to, through any symbolic link (so that a linked store stays one store:
     its shards beside the file, not beside the link); refused unless it names a JSON-lines file (`.jsonl`) that is not
-    another store's per-example scores file (`X.scores.jsonl` is that of `X.jsonl`)."""
+    another store's per-example scores file (`X.scores.jsonl` is that of `X.jsonl`) nor inside another store's
+    shard folder (`enclosing_store`)."""
     p = store_suffix(store)
     if p.name.endswith(SCORES_SUFFIX):
         raise ConfigError(f'results={str(store)!r} ends in {SCORES_SUFFIX}, the name of the per-example scores file of the '
                           f'store {p.name[:-len(SCORES_SUFFIX)]}.jsonl beside it: two stores would share one file; give '
                           f'this store another name (a store of that name written before stays readable with load_results)')
+    outer = enclosing_store(p.resolve())
+    if outer is not None:
+        raise ConfigError(f'results={str(store)!r} lies inside {shard_dir(outer)}, the shard folder of the results store '
+                          f'{outer}: that store would read this one as its shard and its compaction would merge it; keep '
+                          f'this store outside that folder (e.g. beside it: {outer.with_name(p.name)})')
     return p.resolve()
+
+# %% ../../nbs/results/00_store.ipynb #b2c0f001
+def shard_header(f: Path) -> dict | None:
+    "The writer's header (`{'_writer': ...}`) that the file `f` begins with, or None (no such file, or not a shard)."
+    try: fd = open_shared(f)
+    except OSError: return None
+    try:
+        for _, raw, ended in FileLines(fd):
+            row, _ = line_row(raw, ended)
+            if row is not None: return row['_writer'] if is_header(row) and '_writer' in row else None
+    except OSError: pass
+    finally: os.close(fd)
+    return None
+
+# %% ../../nbs/results/00_store.ipynb #b2c0f002
+def enclosing_store(path: Path) -> Path | None:
+    """The results store whose shard folder holds `path` (at any depth), or None: a folder `X.d` is a store's shard
+    folder when `X.jsonl` lies beside it, or it holds a store's own folders or a shard."""
+    for folder in path.parents:
+        if folder.suffix != '.d' or not folder.is_dir(): continue
+        store = folder.with_suffix('.jsonl')
+        if (store.exists() or any((folder/f).is_dir() for f in ('claims', 'compacting', 'configs'))
+                or any(shard_header(f) is not None for f in folder.glob('*.jsonl'))): return store
+    return None
 
 # %% ../../nbs/results/00_store.ipynb #d4b2e18f
 def existing_store(store: str | Path) -> Path:
@@ -73,10 +112,11 @@ def existing_store(store: str | Path) -> Path:
 
 # %% ../../nbs/results/00_store.ipynb #5f159913
 def row_files(store) -> list[Path]:
-    "Row files in the order a reader must visit them while a `compact` may run: shards, shards being merged, the main file."
+    """Row files in the order a reader must visit them while a `compact` may run: shards, shards being merged, the main
+    file. A `compacting` that is a link is not the store's (a co-writer planted it): its files are not visited."""
     d = shard_dir(store)
-    shards = [f for g in (d, d/'compacting') for f in sorted(g.glob('*.jsonl'))
-              if not f.name.endswith('.scores.jsonl') and not f.is_dir()]
+    folders = [d] + ([] if (d/'compacting').is_symlink() else [d/'compacting'])
+    shards = [f for g in folders for f in sorted(g.glob('*.jsonl')) if not f.name.endswith('.scores.jsonl') and not f.is_dir()]
     return shards + [Path(store).resolve()]
 
 # %% ../../nbs/results/00_store.ipynb #d6de2c62
@@ -109,10 +149,16 @@ def row_problem(row: dict) -> str | None:
         if v is not None and wrong: return f'{k}={v!r} is not {what}'
     return None
 
-# %% ../../nbs/results/00_store.ipynb #11c92b9c
-def is_header(r: dict) -> bool:
-    "A shard's header or closing line: exactly `{'_writer': ...}` or `{'_closed': ...}`; anything else is a row."
-    return len(r) == 1 and next(iter(r)) in ('_writer', '_closed')
+# %% ../../nbs/results/00_store.ipynb #b2c0f003
+NOT_A_SHARD = ("not a shard: its first row is not a writer's header ({\"_writer\": ...}), as every shard's is "
+               '(another store\'s file? move it out of this folder)')
+
+def read_shard(f: Path) -> tuple[list[tuple[int, dict]], list[str]]:
+    """(line number, row) and problems of the shard `f` (`jsonl_rows`: never through a link); a file whose first row is
+    not a writer's header is no shard (another store's main file, say): no rows, and one problem naming it."""
+    rows, problems = jsonl_rows(f)
+    if rows and not (is_header(rows[0][1]) and '_writer' in rows[0][1]): return [], [f'the whole file: {NOT_A_SHARD}']
+    return rows, problems
 
 # %% ../../nbs/results/00_store.ipynb #7b190b27
 def problem_line(problem: str) -> int: return int(problem.split()[1].rstrip(':')) if problem.startswith('line ') else 0
@@ -134,15 +180,13 @@ def _read_row_files(store) -> list[tuple[Path, list, list]]:
     """(file, rows, problems) of every row file, read as one consistent view. A `compact` may move a shard into
     `compacting/` and merge it into the main file between our listing and our reading; a listed shard that is gone
     when read means exactly that, so the store is read again (its rows are then in `compacting/` or the main file).
-    A symbolic link to nothing is not a moved shard: it is named, as a file that cannot be read."""
+    A shard that cannot be read (a link, a file of another user, not a shard) is named, never a moved shard."""
     main = Path(store).resolve()
     for _ in range(100):
         files, vanished = [], False
         for f in row_files(store):
-            rows, bad = jsonl_rows(f)
-            if f != main and not rows and not bad and not f.exists():
-                if not f.is_symlink(): vanished = True; break
-                bad = [f'a symbolic link to {os.readlink(f)}, which does not exist']
+            rows, bad = jsonl_rows(f) if f == main else read_shard(f)
+            if f != main and not rows and not bad and not os.path.lexists(f): vanished = True; break
             files.append((f, rows, bad))
         if not vanished: return files
         time.sleep(0.01)
@@ -208,6 +252,12 @@ def _cell_table(results: pd.DataFrame) -> tuple[np.ndarray, list[dict]]:
     first = pd.Series(np.arange(len(ids))).groupby(ids).first().to_numpy()
     return ids, [row_cell({c: results[c].iat[i] for c in cols}) for i in first]
 
+# %% ../../nbs/results/00_store.ipynb #b2c0f004
+def cell_settings(results: pd.DataFrame) -> pd.DataFrame:
+    "Each row's cell (`runs.row_cell`) as a table on `results`' index: one column per setting of `runs.CELL`."
+    ids, cells = _cell_table(results)
+    return pd.DataFrame([cells[i] for i in ids], index=results.index, columns=list(CELL))
+
 # %% ../../nbs/results/00_store.ipynb #3e075d07
 def with_cells(results: pd.DataFrame,
                per_dataset: bool = True,   # False: leave out settings a family's datasets may differ in (`PER_DATASET`)
@@ -246,8 +296,8 @@ def tidy_results(results: pd.DataFrame) -> pd.DataFrame:
 
 # %% ../../nbs/results/00_store.ipynb #fe91d731
 def read_results(path: str | Path) -> pd.DataFrame:
-    "A results store (.jsonl) or a tidy results table (.csv)."
-    return pd.read_csv(io.BytesIO(read_shared(path))) if str(path).endswith('.csv') else load_results(path)
+    "A results store (.jsonl) or a tidy results table (.csv, a file the user names: a link is followed)."
+    return pd.read_csv(io.BytesIO(read_shared(path, follow_links=True))) if str(path).endswith('.csv') else load_results(path)
 
 # %% ../../nbs/results/00_store.ipynb #366f4560
 @lru_cache(maxsize=None)
@@ -281,8 +331,20 @@ def _scores_line(row: dict, split: str, values) -> str:
                         f32_zlib_b64=base64.b64encode(zlib.compress(a.tobytes(), 6)).decode()), indent=None)
 
 # %% ../../nbs/results/00_store.ipynb #411c5eeb
-def _scores_array(entry: dict) -> np.ndarray:
-    return np.frombuffer(zlib.decompress(base64.b64decode(entry['f32_zlib_b64'])), dtype='<f4').copy()
+def decode_scores(entry: dict) -> tuple[np.ndarray | None, str | None]:
+    """(the per-example scores a scores line holds, None), or (None, why they cannot be used): a damaged payload, a
+    length other than the `n` it records, or a score that is not finite (the writer refuses those; a reader checks)."""
+    n = entry.get('n')
+    bound = 4 * n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 1 << 28   # a payload may not unpack past it
+    try:
+        unpack = zlib.decompressobj()
+        data = unpack.decompress(base64.b64decode(entry['f32_zlib_b64'], validate=True), bound + 1)
+        if len(data) > bound or unpack.unconsumed_tail: return None, f'unpacks to more than the {bound:,} bytes of {n} scores'
+        a = np.frombuffer(data, dtype='<f4').copy()
+    except (KeyError, TypeError, ValueError, zlib.error) as e: return None, f'damaged ({type(e).__name__}: {e})'
+    if isinstance(n, int) and a.size != n: return None, f'holds {a.size} scores where it records n={n}'
+    if not np.isfinite(a).all(): return None, f'{int((~np.isfinite(a)).sum())} of its {a.size} scores are not finite'
+    return a, None
 
 # %% ../../nbs/results/00_store.ipynb #13f4bc54
 def _supersession(chains: dict, row: dict, reason: str) -> dict:
@@ -331,7 +393,7 @@ class StoreWriter:
     def _append(self, f: Path, lines: list[str]) -> None:
         "Append to `f` (a new file starts with the header); again into a fresh file if `compact` moved it meanwhile."
         for _ in range(3):
-            ident = append_lines(f, ([] if f.exists() else [self.header]) + lines)
+            ident = append_lines(f, lines, first_line=self.header)   # the header whenever the file is new, whoever made it
             try: st = os.stat(f)
             except FileNotFoundError: continue
             if (st.st_dev, st.st_ino) == ident: return
@@ -353,18 +415,46 @@ def _legacy_examples(path: Path) -> dict[str, np.ndarray]:
                           f"their per-example scores are rebuilt by re-running those runs (finetune_sweep(cfg, force='why'))") from None
 
 # %% ../../nbs/results/00_store.ipynb #01a7e331
-def read_examples(store: str | Path, split: str = 'test') -> dict[str, np.ndarray]:
-    "Run key -> the per-example `split` scores ('val' or 'test') of the row that counts."
-    current = current_rows(read_rows(store, warn=False))
-    by_row = {}
+def scan_scores(store: str | Path,
+                split: str | None = None,   # 'val' or 'test'; None: every split
+               ) -> tuple[dict, list[tuple[Path, int, str, str]]]:
+    """({(row id, split): scores} of every scores line that decodes, [(file, line, row id, why)] of every line of
+    `split` that does not (`decode_scores`))."""
+    arrays, bad = {}, []
     for f in _score_files(store):
-        for _, e in jsonl_rows(f)[0]:
-            if e.get('split') == split and 'row_id' in e: by_row[e['row_id']] = e
+        for line, e in jsonl_rows(f)[0]:
+            if not isinstance(e.get('row_id'), str) or split not in (None, e.get('split')): continue
+            a, why = decode_scores(e)
+            if a is not None: arrays[e['row_id'], e.get('split')] = a
+            else: bad.append((f, line, e['row_id'], why))
+    return arrays, bad
+
+# %% ../../nbs/results/00_store.ipynb #b2c0f005
+def scan_examples(store: str | Path, split: str = 'test') -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """(run key -> the per-example `split` scores ('val' or 'test') of the row that counts, run key -> why that row's
+    scores cannot be used: its scores line is damaged or not finite, named by file and line)."""
+    current = current_rows(read_rows(store, warn=False))
+    arrays, bad = scan_scores(store, split)
+    lost = {rid: f'{f}, line {line}: {why}' for f, line, rid, why in bad}
     legacy = Path(f'{Path(store).resolve()}.examples.npz')
     out = _legacy_examples(legacy) if split == 'test' and legacy.is_file() else {}
+    damaged = {k: f'{legacy}: {a.size - int(np.isfinite(a).sum())} of its {a.size} scores are not finite'
+               for k, a in out.items() if not np.isfinite(np.asarray(a, dtype=float)).all()}
     for key, row in current.items():
-        if row.get('row_id') in by_row: out[key] = _scores_array(by_row[row['row_id']])
-    return {k: v for k, v in out.items() if k in current}
+        rid = row.get('row_id')
+        if (rid, split) in arrays: out[key] = arrays[rid, split]; damaged.pop(key, None)
+        elif rid in lost: damaged[key] = lost[rid]
+    keep = lambda d: {k: v for k, v in d.items() if k in current}
+    return keep({k: v for k, v in out.items() if k not in damaged}), keep(damaged)
+
+# %% ../../nbs/results/00_store.ipynb #b2c0f006
+def read_examples(store: str | Path, split: str = 'test') -> dict[str, np.ndarray]:
+    "Run key -> the per-example `split` scores ('val' or 'test') of the row that counts; runs whose scores are damaged left out, with a warning."
+    examples, damaged = scan_examples(store, split)
+    if damaged:
+        shown = '; '.join(f'{k}: {why}' for k, why in list(damaged.items())[:3]) + (f'; and {len(damaged) - 3} more' if len(damaged) > 3 else '')
+        warnings.warn(f'{store}: the per-example {split} scores of {len(damaged)} run(s) cannot be used and are left out: {shown}', stacklevel=2)
+    return examples
 
 # %% ../../nbs/results/00_store.ipynb #7b945bfb
 def checkpoint_identity(checkpoint: str) -> str:
@@ -373,9 +463,9 @@ def checkpoint_identity(checkpoint: str) -> str:
     if checkpoint == 'tiny-random' or not folder.is_dir(): return checkpoint if checkpoint == 'tiny-random' else f'hub:{checkpoint}'
     h = hashlib.sha256()
     for name in ('config.json', 'mlmclm.json'):
-        if (folder/name).exists(): h.update(name.encode() + read_shared(folder/name, 1 << 26))
+        if (folder/name).exists(): h.update(name.encode() + read_shared(folder/name, 1 << 26, follow_links=True))
     for w in sorted([*folder.glob('*.safetensors'), *folder.glob('*.bin')]):
-        fd = open_shared(w, 1 << 62)                  # weights are sampled, never read whole: no size bound
+        fd = open_shared(w, 1 << 62, follow_links=True)   # sampled, never read whole; a hub cache's files are links
         try:
             size = os.fstat(fd).st_size
             h.update(f'{w.name}:{size}'.encode())
@@ -408,6 +498,16 @@ def missing(store: str | Path,            # the results store
     return todo
 
 # %% ../../nbs/results/00_store.ipynb #3a439a51
+def _refuse_differences(found: list[tuple[str, dict]], store, what: str) -> None:
+    "Refuse the rows in `found` ((run key, {setting: (the row's, asked)})), naming the first few; nothing if none."
+    if not found: return
+    say = lambda d: ', '.join(f'{s} {a!r} (asked {b!r})' for s, (a, b) in d.items())
+    shown = '; '.join(f'{k}: {say(d)}' for k, d in found[:3]) + (f'; and {len(found) - 3} more' if len(found) > 3 else '')
+    raise ConfigError(f'{store} holds {len(found)} row(s) of these runs {what}, which a sweep never reuses as rows of '
+                      f'the settings asked: {shown}. Give another results store, or re-run them under the new settings '
+                      f"with force='<reason>' (the new rows supersede the old)")
+
+# %% ../../nbs/results/00_store.ipynb #b2c0f008
 def check_settings(current: dict,   # run key -> the row that counts (`current_rows`)
                    runs: list[FinetuneRun],  # runs found done
                    asked,           # the settings asked (`runs.sweep_settings`): a dict, or run -> dict
@@ -415,9 +515,15 @@ def check_settings(current: dict,   # run key -> the row that counts (`current_r
     "Refuse, naming each difference, when a done run's row ran with other settings than `asked` (`runs.cell_differences`)."
     found = [(k, d) for r in runs for k in r.keys
              if (d := cell_differences(current[k], asked(r) if callable(asked) else asked))]
-    if not found: return
-    say = lambda d: ', '.join(f'{s} {a!r} (asked {b!r})' for s, (a, b) in d.items())
-    shown = '; '.join(f'{k}: {say(d)}' for k, d in found[:3]) + (f'; and {len(found) - 3} more' if len(found) > 3 else '')
-    raise ConfigError(f'{store} holds {len(found)} row(s) of these runs fine-tuned with other settings, which a sweep '
-                      f'never reuses as rows of the settings asked: {shown}. Give another results store, or re-run them '
-                      f"under the new settings with force='<reason>' (the new rows supersede the old)")
+    _refuse_differences(found, store, 'fine-tuned with other settings')
+
+# %% ../../nbs/results/00_store.ipynb #b2c0f009
+def check_revisions(current: dict,            # run key -> the row that counts (`current_rows`)
+                    runs: list[FinetuneRun],  # runs found done
+                    revisions: dict,          # dataset -> the `dataset_revision` a run would record now
+                    store) -> None:
+    """Refuse, naming each, when a done run's row of a dataset in `revisions` was evaluated at another revision than
+    the one a sweep loaded now: its rows and the new ones would be one grid of two datasets."""
+    found = [(k, d) for r in runs for ds, k in zip(r.datasets, r.keys)
+             if ds in revisions and k in current and (d := cell_differences(current[k], dict(dataset_revision=revisions[ds])))]
+    _refuse_differences(found, store, 'evaluated at another revision of their dataset than the one loaded now')

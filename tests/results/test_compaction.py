@@ -33,6 +33,7 @@ def test_a_store_cannot_take_another_stores_scores_file(tmp_path):
     assert len(res.read_examples(a)) == 3
     # a store of that name written by an earlier release stays readable, and compacting its neighbour is refused
     d = res.shard_dir(b); d.mkdir()
+    core.append_jsonl(d/'w.jsonl', {'_writer': {}})                                       # a shard begins with its header
     core.append_jsonl(d/'w.jsonl', dict(BASE, checkpoint_name='other', seed=7, val_score=.5, test_score=.5))
     assert len(res.read_rows(b)) == 1
     with pytest.raises(ConfigError, match='also a results store of its own'): comp.compact(a)
