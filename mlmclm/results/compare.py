@@ -150,7 +150,7 @@ def provenance(results: pd.DataFrame,   # the side's fine-tuning rows
     col = lambda c: list(results[c]) if c in results else []
     out = {k: _distinct([f[k] for f in facts]) for k in ('cpu', 'kernels', 'torch')}
     out['code'] = _distinct(col('code') + [f['code'] for f in facts])
-    out['source'] = _distinct(results.source.fillna('ours') if len(results) and 'source' in results else [])
+    out['source'] = _distinct(results.source.astype(object).fillna('ours') if len(results) and 'source' in results else [])
     out['dataset_revision'] = _distinct(col('dataset_revision'))
     return {k: out[k] for k in PROVENANCE}
 
@@ -283,7 +283,7 @@ def seed_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION,
     "Per (kind, checkpoint, what, seed): the selected test score in points; kind 'dataset' (what: it) or 'family'."
     if not len(results): return pd.DataFrame(columns=['kind', 'checkpoint', 'what', 'seed', 'score'])
     rows = protocol_cell(results, **(cell or {}))
-    sources = sorted(rows.source.fillna('ours').unique()) if 'source' in rows else ['ours']
+    sources = sorted(rows.source.astype(object).fillna('ours').unique()) if 'source' in rows else ['ours']
     if len(sources) > 1: raise ConfigError(f"{name} holds runs of {len(sources)} sources ({', '.join(sources)}); "
                                            f'keep one (--source-{name.lower()} {sources[0]})')
     per_ds = select_lr(rows, selection).rename(columns={'checkpoint_name': 'checkpoint', 'dataset': 'what'})
@@ -415,6 +415,7 @@ VERDICT_COLORS = {'agree': '#1b9e77', 'within margin': '#66a61e', 'differ': '#d9
 def _panel(ax, t: pd.DataFrame, margin: float, unit: str, title: str) -> None:
     "A against B: each cell with both seed intervals, coloured by verdict; the diagonal and the margin around it."
     lo, hi = np.nanmin(t[['low_a', 'low_b', 'mean_a', 'mean_b']].to_numpy(float)), np.nanmax(t[['high_a', 'high_b', 'mean_a', 'mean_b']].to_numpy(float))
+    if unit.endswith('points'): lo, hi = max(lo, 0), min(hi, 100)   # a score: its intervals drawn within 0-100
     pad = max((hi - lo) * 0.05, margin)
     lim = (lo - pad, hi + pad)
     ax.plot(lim, lim, color='black', lw=0.8, zorder=1)
@@ -439,7 +440,7 @@ def fig_compare(c: Comparison) -> plt.Figure:
     for ax, (kind, unit, margin, title) in zip(axes[0], panels):
         t = both[both.kind.str.startswith(kind)] if kind == 'pretraining' else both[both.kind == kind]
         _panel(ax, t, margin, unit, title)
-    fig.suptitle(f'{Path(c.a.path).name} (A) against {Path(c.b.path).name} (B)', fontsize=9)
+    fig.suptitle(f'{c.a.path} (A) against {c.b.path} (B)', fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -482,11 +483,11 @@ def _cell_arg(items: list[str]) -> dict:
         out[axis] = value
     return out
 
-# %% ../../nbs/results/05_compare.ipynb #acff28be
+# %% ../../nbs/results/05_compare.ipynb #fea76c3a
 def _keep_source(side: Side, source: str | None) -> Side:
     "`side` with the fine-tuning rows of `source` only (None: all)."
     if source is None: return side
-    keep = side.results.source.fillna('ours').eq(source) if 'source' in side.results else pd.Series(source == 'ours', index=side.results.index)
+    keep = side.results.source.astype(object).fillna('ours').eq(source) if 'source' in side.results else pd.Series(source == 'ours', index=side.results.index)
     if not keep.any(): raise ConfigError(f'{side.path} holds no rows of source {source!r}')
     side.results = side.results[keep]
     return side
