@@ -227,8 +227,8 @@ def write_demo_store(path: str | Path,           # the store to write (.jsonl)
                      **settings,                  # settings every row records, e.g. max_steps=200
                     ) -> Path:
     "A results store of constructed runs: seeds 0, 1, ... of each (checkpoint, dataset) at LR 1e-4 (validation = test)."
-    rows = [dict(checkpoint_name=ck, dataset=ds, family=TASKS[ds].family, lr=1e-4, seed=s, val_score=v, test_score=v,
-                 **settings) for (ck, ds), values in scores.items() for s, v in enumerate(values)]
+    rows = [dict(checkpoint_name=ck, checkpoint=f'runs/{ck}', dataset=ds, family=TASKS[ds].family, lr=1e-4, seed=s,
+                 val_score=v, test_score=v, **settings) for (ck, ds), values in scores.items() for s, v in enumerate(values)]
     with StoreWriter(path) as w: w.append(rows)
     return Path(path)
 
@@ -286,8 +286,9 @@ def seed_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION,
     sources = sorted(rows.source.astype(object).fillna('ours').unique()) if 'source' in rows else ['ours']
     if len(sources) > 1: raise ConfigError(f"{name} holds runs of {len(sources)} sources ({', '.join(sources)}); "
                                            f'keep one (--source-{name.lower()} {sources[0]})')
-    per_ds = select_lr(rows, selection).rename(columns={'checkpoint_name': 'checkpoint', 'dataset': 'what'})
-    per_fam = seed_family_scores(rows, selection).rename(columns={'family': 'what'})
+    per_ds = select_lr(rows, selection)[['checkpoint_name', 'dataset', 'seed', 'test_score']]   # a row's own `checkpoint` is its folder
+    per_ds = per_ds.rename(columns={'checkpoint_name': 'checkpoint', 'dataset': 'what'})
+    per_fam = seed_family_scores(rows, selection)[['checkpoint', 'family', 'seed', 'test_score']].rename(columns={'family': 'what'})
     out = pd.concat([per_ds.assign(kind='dataset'), per_fam.assign(kind='family')], ignore_index=True)
     return out.assign(score=out.test_score * 100)[['kind', 'checkpoint', 'what', 'seed', 'score']]
 
