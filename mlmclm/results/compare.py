@@ -28,11 +28,11 @@ from ..tasks.registry import TASKS
 
 # %% auto #0
 __all__ = ['DEFAULT_MARGIN', 'DEFAULT_LOSS_MARGIN', 'TOST_ALPHA', 'VERDICTS', 'PROVENANCE', 'NOT_KNOWN', 'PRETRAIN_COLUMNS',
-           'PROVENANCE_SETTINGS', 'COMPARE_COLUMNS', 'PRETRAIN_KINDS', 'VERDICT_COLORS', 'Difference', 'difference',
-           'verdict', 'Side', 'run_losses', 'study_pretraining', 'provenance', 'read_side', 'write_demo_store',
-           'recorded_settings', 'protocol_differences', 'pretraining_differences', 'seed_scores', 'compare_cells',
-           'compare_pretraining', 'Comparison', 'compare', 'summary_lines', 'report', 'fig_compare', 'write_comparison',
-           'save_side', 'write_encodeval', 'main']
+           'PROVENANCE_SETTINGS', 'DIGITS', 'COMPARE_COLUMNS', 'PRETRAIN_KINDS', 'VERDICT_COLORS', 'Difference',
+           'difference', 'verdict', 'Side', 'run_losses', 'study_pretraining', 'provenance', 'read_side',
+           'write_demo_store', 'recorded_settings', 'protocol_differences', 'pretraining_differences', 'seed_scores',
+           'compare_cells', 'compare_pretraining', 'Comparison', 'compare', 'summary_lines', 'report', 'fig_compare',
+           'write_comparison', 'save_side', 'write_encodeval', 'main']
 
 # %% ../../nbs/results/05_compare.ipynb #a76a1a99
 DEFAULT_MARGIN = 2.0        # points of score: a difference within it is one the paper's tables never act on
@@ -275,14 +275,18 @@ def pretraining_differences(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
     return [f'{r.run}: {int(r.steps_a)} steps (A) against {int(r.steps_b)} (B)' for r in both.itertuples()
             if r.steps_a != r.steps_b]
 
-# %% ../../nbs/results/05_compare.ipynb #7e4410e9
+# %% ../../nbs/results/05_compare.ipynb #8004d77d
+DIGITS = 6   # significant digits of a score compared: what a results table (`tidy_results`, '%.6g') keeps of it
+
 def seed_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION,
                 cell: dict | None = None,   # the protocol cell to keep (an axis not named: the paper's)
                 name: str = 'A',            # the side's name, for errors
                ) -> pd.DataFrame:
     "Per (kind, checkpoint, what, seed): the selected test score in points; kind 'dataset' (what: it) or 'family'."
     if not len(results): return pd.DataFrame(columns=['kind', 'checkpoint', 'what', 'seed', 'score'])
-    rows = protocol_cell(results, **(cell or {}))
+    rows = protocol_cell(results, **(cell or {})).copy()
+    for col in ('val_score', 'test_score'):   # as a results table keeps them, before the LR is selected on them
+        rows[col] = rows[col].astype(float).map(lambda v: float(f'{v:.{DIGITS}g}'))
     sources = sorted(rows.source.astype(object).fillna('ours').unique()) if 'source' in rows else ['ours']
     if len(sources) > 1: raise ConfigError(f"{name} holds runs of {len(sources)} sources ({', '.join(sources)}); "
                                            f'keep one (--source-{name.lower()} {sources[0]})')

@@ -188,6 +188,17 @@ def test_the_table_is_written_atomically_and_the_figure_byte_stably(tmp_path):
     assert table.verdict.value_counts().to_dict() == {'agree': 4, 'differ': 2}
 
 
+def test_a_store_and_the_table_kept_of_it_are_identical(tmp_path):
+    "Scores are compared to the six significant digits a results table keeps: a store against its own table is identical."
+    store = write_demo_store(tmp_path/'a.jsonl', {('tiny', 'sst2'): [.5123456789, .6198765432, .7011111111],
+                                                  ('tiny', 'qqp'): [.3333333333, .4444444444, .5555555555]})
+    side = read_side(store)
+    save_side(side, tmp_path/'kept')
+    assert pd.read_csv(tmp_path/'kept'/'results.csv').test_score.iloc[0] == 0.333333   # '%.6g': six significant digits
+    c = compare(side, read_side(tmp_path/'kept'))
+    assert c.table.identical.all() and (c.table.verdict == 'agree').all(), c.table
+
+
 def test_a_side_that_holds_nothing_is_refused(tmp_path):
     from mlmclm.base.configs import ConfigError
     (tmp_path/'empty').mkdir()
