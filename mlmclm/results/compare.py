@@ -290,9 +290,10 @@ def seed_scores(results: pd.DataFrame, selection: str = DEFAULT_SELECTION,
     sources = sorted(rows.source.astype(object).fillna('ours').unique()) if 'source' in rows else ['ours']
     if len(sources) > 1: raise ConfigError(f"{name} holds runs of {len(sources)} sources ({', '.join(sources)}); "
                                            f'keep one (--source-{name.lower()} {sources[0]})')
-    per_ds = select_lr(rows, selection)[['checkpoint_name', 'dataset', 'seed', 'test_score']]   # a row's own `checkpoint` is its folder
+    per_ds = select_lr(rows, selection)[['checkpoint_name', 'dataset', 'seed', 'test_score']]   # a row's `checkpoint`: its folder
     per_ds = per_ds.rename(columns={'checkpoint_name': 'checkpoint', 'dataset': 'what'})
-    per_fam = seed_family_scores(rows, selection)[['checkpoint', 'family', 'seed', 'test_score']].rename(columns={'family': 'what'})
+    per_fam = seed_family_scores(rows, selection)[['checkpoint', 'family', 'seed', 'test_score']]
+    per_fam = per_fam.rename(columns={'family': 'what'})
     out = pd.concat([per_ds.assign(kind='dataset'), per_fam.assign(kind='family')], ignore_index=True)
     return out.assign(score=out.test_score * 100)[['kind', 'checkpoint', 'what', 'seed', 'score']]
 
@@ -406,10 +407,13 @@ def report(c: Comparison, names: tuple = ('A', 'B'),
     if c.not_compared: out.append(f"settings one side does not record (not compared): {', '.join(c.not_compared)}")
     out += [f'rule: TOST at {c.margin:g} points (90% interval inside the margin) beside the 95% interval of the '
             f'difference over seeds; pretraining: |difference| <= {c.loss_margin:g} nats'] + summary_lines(c)
-    off = c.table[~c.table.verdict.isin(['agree'])]
+    order = {v: i for i, v in enumerate(['differ', 'undetermined', 'within margin', 'too few seeds', 'only in A', 'only in B'])}
+    off = c.table[c.table.verdict != 'agree']
+    off = off.assign(o=off.verdict.map(order), d=-off['diff'].abs()).sort_values(['o', 'd'], kind='stable')   # worst first
     if len(off):
         shown = off.head(rows)[['kind', 'checkpoint', 'what', 'mean_a', 'mean_b', 'diff', 'diff_low', 'diff_high', 'verdict']]
-        out += ['cells that do not agree:' + (f' (the first {rows} of {len(off)})' if len(off) > rows else ''),
+        first = f' (the first {rows} of {len(off)})' if len(off) > rows else ''
+        out += [f'cells that do not agree, largest differences first:{first}',
                 shown.to_string(index=False, float_format=lambda x: f'{x:.4g}')]
     return '\n'.join(out)
 
@@ -419,13 +423,15 @@ VERDICT_COLORS = {'agree': '#1b9e77', 'within margin': '#66a61e', 'differ': '#d9
 
 def _panel(ax, t: pd.DataFrame, margin: float, unit: str, title: str) -> None:
     "A against B: each cell with both seed intervals, coloured by verdict; the diagonal and the margin around it."
-    lo, hi = np.nanmin(t[['low_a', 'low_b', 'mean_a', 'mean_b']].to_numpy(float)), np.nanmax(t[['high_a', 'high_b', 'mean_a', 'mean_b']].to_numpy(float))
+    lo = np.nanmin(t[['low_a', 'low_b', 'mean_a', 'mean_b']].to_numpy(float))
+    hi = np.nanmax(t[['high_a', 'high_b', 'mean_a', 'mean_b']].to_numpy(float))
     if unit.endswith('points'): lo, hi = max(lo, 0), min(hi, 100)   # a score: its intervals drawn within 0-100
     pad = max((hi - lo) * 0.05, margin)
     lim = (lo - pad, hi + pad)
     ax.plot(lim, lim, color='black', lw=0.8, zorder=1)
     ax.fill_between(lim, [lim[0] - margin, lim[1] - margin], [lim[0] + margin, lim[1] + margin], color='grey', alpha=0.15, lw=0)
-    for v, g in t.groupby('verdict', sort=False):
+    for v in [v for v in VERDICT_COLORS if (t.verdict == v).any()]:   # the legend in the order of `VERDICTS`
+        g = t[t.verdict == v]
         xerr = np.abs(np.vstack([g.mean_a - g.low_a, g.high_a - g.mean_a]).astype(float))
         yerr = np.abs(np.vstack([g.mean_b - g.low_b, g.high_b - g.mean_b]).astype(float))
         ax.errorbar(g.mean_a, g.mean_b, xerr=np.nan_to_num(xerr), yerr=np.nan_to_num(yerr), fmt='o', ms=4, lw=0.8,
@@ -488,11 +494,12 @@ def _cell_arg(items: list[str]) -> dict:
         out[axis] = value
     return out
 
-# %% ../../nbs/results/05_compare.ipynb #fea76c3a
+# %% ../../nbs/results/05_compare.ipynb #5d7acf0d
 def _keep_source(side: Side, source: str | None) -> Side:
     "`side` with the fine-tuning rows of `source` only (None: all)."
     if source is None: return side
-    keep = side.results.source.astype(object).fillna('ours').eq(source) if 'source' in side.results else pd.Series(source == 'ours', index=side.results.index)
+    sources = side.results.source.astype(object) if 'source' in side.results else pd.Series(None, index=side.results.index)
+    keep = sources.fillna('ours').eq(source)
     if not keep.any(): raise ConfigError(f'{side.path} holds no rows of source {source!r}')
     side.results = side.results[keep]
     return side
@@ -519,5 +526,5 @@ def main(argv: list[str] | None = None) -> None:
     print(report(c))
     if args.out: print(f'written: {", ".join(str(f) for f in write_comparison(c, args.out))}')
 
-# %% ../../nbs/results/05_compare.ipynb #18ab128c
+# %% ../../nbs/results/05_compare.ipynb #2e6db704
 if __name__ == '__main__' and not hasattr(__import__('builtins'), '__IPYTHON__'): main()
