@@ -23,6 +23,7 @@ COMMANDS = {
     'figures': ('mlmclm.report.render', [], 'every figure and table from a results store'),
     'results': ('mlmclm.results.compaction', [], 'health or compact a results store; `results rank`: rank clusters per dataset'),
     'paper-runs': ('mlmclm.results.paper_runs', [], "import the authors' published runs into a results store"),
+    'compare': ('mlmclm.results.compare', [], 'two result sets cell by cell: means, intervals, difference, verdict at a margin (compare A B)'),
     'bench': ('mlmclm.bench.smoke', [], "throughput against Hugging Face's Llama, or fine-tuning against transformers.Trainer"),
     'pretrain': ('mlmclm.pretraining.loop', [], 'one pretraining run from key=value settings, or the demo schedules'),
     'data': ('mlmclm.data.token_store', [], 'build or verify a token store'),
