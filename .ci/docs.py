@@ -157,7 +157,33 @@ def directions_summary() -> str:
                      for name, g in table.groupby('comparison', sort=False))
 
 
-NUMBERS = {'timing': timing, 'timing_range': timing_range, 'pretrain_loss': pretrain_loss, 'scores_table': scores_table,
+NUMERICS = ROOT/'figures'/'demo'/'compare'/'numerics'   # the demo under two numerics (tests/results/test_compare_demo.py)
+
+
+def numerics(what: str) -> str:
+    """The demo under two numerics of one machine, from `figures/demo/compare/numerics/`: 'claims' (how many of the
+    README's verdicts hold under both, and which do not), 'scores' (the largest per-cell difference and how many cells
+    agree), 'losses' (the largest pretraining loss difference)."""
+    import pandas as pd
+    if what == 'claims':
+        c = pd.read_csv(NUMERICS/'claims.csv')
+        fragile = '; '.join(f'"{r.claim}" (pinned: {r.value_a}; generic: {r.value_b})' for r in c[~c.robust].itertuples())
+        return f'{int(c.robust.sum())} of {len(c)} hold under both' + (f'; fragile: {fragile}' if fragile else '')
+    t = pd.read_csv(NUMERICS/'compare.csv')
+    if what == 'scores':
+        cells = t[t.kind == 'dataset']
+        worst = cells.loc[cells['diff'].abs().idxmax()]
+        return (f"{int((cells.verdict == 'agree').sum())} of {len(cells)} checkpoint x dataset cells agree within 2 points "
+                f"({int(cells.identical.sum())} identical), {int((cells.verdict == 'differ').sum())} differ; the largest "
+                f"difference is {worst.checkpoint} on {worst.what}, {worst.mean_a:.1f} against {worst.mean_b:.1f}")
+    if what == 'losses':
+        runs = t[t.kind.str.startswith('pretraining')]
+        worst = runs.loc[runs['diff'].abs().idxmax()]
+        return f"at most {abs(worst['diff']):.3f} nats ({worst.checkpoint}, {worst.what.replace('_', ' ')})"
+    raise KeyError(f'{{{{numerics {what}}}}}: no such number; known: claims, scores, losses')
+
+
+NUMBERS = {'numerics': numerics, 'timing': timing, 'timing_range': timing_range, 'pretrain_loss': pretrain_loss, 'scores_table': scores_table,
            'intermediate_tasks': intermediate_tasks, 'count': count, 'directions': directions_summary}
 
 

@@ -102,3 +102,15 @@ def test_the_developing_pages_jupyterlab_line_starts_as_root_and_as_a_user(tmp_p
         try: p.wait(timeout=30)
         except subprocess.TimeoutExpired: p.kill(); p.wait()
     assert any('http://127.0.0.1:' in s or 'is running at' in s for s in seen), ''.join(seen)[-2000:]
+
+
+def test_the_verdicts_stated_are_those_that_hold_under_both_numerics():
+    "Issue 45 item 2: the README states no verdict `claims.csv` marks fragile; the demo page names each fragile one."
+    import pandas as pd
+    claims = pd.read_csv(ROOT/'figures'/'demo'/'compare'/'numerics'/'claims.csv')
+    readme, demo = (ROOT/'README.md').read_text(encoding='utf-8'), _page('demo')
+    assert 'the best pretrained model beats the control' not in readme and 'a pretrained model beats the control' in readme
+    assert claims.loc[claims.claim.str.contains('some pretrained model beats'), 'robust'].all()
+    assert f'{int(claims.robust.sum())} of {len(claims)} hold under both' in demo
+    for claim in claims[~claims.robust].claim: assert f'"{claim}"' in demo, claim
+    with pytest.raises(KeyError, match='numerics nonsense'): docs.numerics('nonsense')
