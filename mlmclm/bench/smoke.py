@@ -117,9 +117,9 @@ def _smoke_bench(dev, size: str, batch: int, seq_len: int, steps: int, **options
                      'first_step_recompiles', 'recompile_limit_hits', 'graph_breaks')
     for objective in ('clm', 'mlm'):
         r = benchmark(size, objective, 'hf', batch, seq_len, steps=steps, reps=1, warmup=steps, device=str(dev), **options)
-        out[objective] = dict(sides=[{k: s[k] for k in keep} for s in r['sides']], options=r['options'],
+        out[objective] = dict(sides=[{k: s.get(k) for k in keep} for s in r['sides']], options=r['options'],
                               eager_fallback=r['eager_fallback'], attention=r['attention'])
-    sides, flash = [s for o in ('clm', 'mlm') for s in out[o]['sides']], out['clm']['attention']['backend'] == 'flash'
+    sides, flash = [s for o in ('clm', 'mlm') for s in out[o]['sides']], out['clm']['attention'].get('backend') == 'flash'
     # compiled blocks run whole, compile once (not again after a side's first step), and on the 'flash' backend one
     # graph serves both of our sides (with SDPA `ours+docs` adds a mask: another graph by design; None: not judged)
     out['checks'] = dict(whole_graphs=not any(out[o]['eager_fallback'] for o in ('clm', 'mlm')) and
