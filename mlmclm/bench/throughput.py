@@ -26,7 +26,7 @@ from ..data.corpus import EMBEDDED, embedded_documents
 from ..data.sources import packed_rows, tokenize
 from ..data.token_store import TokenStore, build_store, pipeline_throughput
 from ..data.tokenizers import load_tokenizer
-from ..model.heads import IGNORE, TaskModel, chunked_cross_entropy, mean_pool
+from ..model.heads import HEAD_LOSSES, IGNORE, TaskModel, chunked_cross_entropy, mean_pool
 from ..model.sizes import FLOP_CONVENTION, LLAMA3_VOCAB_SIZE, MODEL_SIZES, flops_per_token, model_config
 from ..model.transformer import (attention_kernel, build_model, compile_blocks, default_backend,
                                       to_llama_config_dict)
@@ -101,15 +101,27 @@ def hf_loss(model, batch: dict) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
 
 # %% ../../nbs/bench/00_throughput.ipynb #d23d1124
-def _no_documents(batch: dict) -> dict: return {**batch, 'document_ids': None}
+def _no_documents(batch: dict,
+                  flash: bool = False,  # the 'flash' backend: each row one document instead of no document ids
+                 ) -> dict:
+    """`batch` without document masking: attention over each whole row. With the 'flash' backend each row becomes one
+    document (ids 0, the layout one document per row): the same attention and the same kernel call as without document
+    ids, but the RoPE tables `(B, T, d)` as with documents, so both benchmark sides run one compiled graph (without
+    documents `Body` builds one `(1, T, d)` row for the batch, a second graph to compile)."""
+    if not flash: return {**batch, 'document_ids': None}
+    ids = batch['input_ids']
+    B, T = ids.shape
+    return {**batch, 'document_ids': torch.zeros_like(ids), 'max_seqlen': T,
+            'cu_seqlens': torch.arange(0, B * T + 1, T, dtype=torch.int32, device=ids.device)}
 
 # %% ../../nbs/bench/00_throughput.ipynb #0c3c32a4
 def bench_loss(model, batch: dict,
                sparse_head: bool = True,  # MLM: LM head only at masked positions
                ce_chunk: int = 0,         # positions per chunk of the trainer's `chunked_cross_entropy`; 0: plain loss
+               head_loss: str = 'plain',  # how the head and the loss run: one of `mlmclm.model.heads.HEAD_LOSSES`
               ) -> torch.Tensor:
     "The trainer's loss (`mlmclm.pretraining.objectives.lm_loss`): what the benchmark times is exactly what the trainer runs."
-    return lm_loss(model, batch, sparse_head, ce_chunk)[0]
+    return lm_loss(model, batch, sparse_head, ce_chunk, head_loss)[0]
 
 # %% ../../nbs/bench/00_throughput.ipynb #8aed3f09
 def ce_peak_memory(tokens: int = 2048,   # positions in the loss
@@ -167,6 +179,7 @@ class Side:
         self.batches = [{k: v.to(device) if torch.is_tensor(v) else v for k, v in b.items()} for b in batches]
         self.i, self.peak_gib, self.loss = 0, None, None
         self.dynamo = dict.fromkeys(dynamo_counts(), 0)   # what dynamo did during this side's steps
+        self.first_recompiles = 0                         # ... of which recompiles in its first step (compiling it)
 
     def step(self):
         b = self.batches[self.i % len(self.batches)]; self.i += 1
@@ -176,6 +189,12 @@ class Side:
         loss.backward(); self.opt.step(); self.opt.zero_grad(set_to_none=True)
         self.loss = loss.detach()
         for k, v in dynamo_counts().items(): self.dynamo[k] += v - before[k]
+        if self.i == 1: self.first_recompiles = self.dynamo['recompiles']
+
+    def dynamo_row(self) -> dict:
+        "What dynamo did in this side's steps; `recompiles` after its first step (the one that compiles), those before apart."
+        return dict(self.dynamo, recompiles=self.dynamo['recompiles'] - self.first_recompiles,
+                    first_step_recompiles=self.first_recompiles)
 
     def warmup(self, n: int):
         cuda = self.device.type == 'cuda'
@@ -211,7 +230,7 @@ def time_sides(sides: list[Side],   # the contestants; the last is the baseline 
     out = {}
     for s in sides:
         t = times[s.name]; paired = [b / x for b, x in zip(base, t)]
-        out[s.name] = dict(step_s=statistics.median(t), step_s_min=min(t), step_s_max=max(t), peak_gib=s.peak_gib, dynamo=dict(s.dynamo),
+        out[s.name] = dict(step_s=statistics.median(t), step_s_min=min(t), step_s_max=max(t), peak_gib=s.peak_gib, dynamo=s.dynamo_row(),
                            ratio=statistics.median(base) / statistics.median(t), ratio_paired_median=statistics.median(paired),
                            ratio_min=min(paired), ratio_max=max(paired))
     return out
@@ -222,7 +241,7 @@ def fast_defaults(device) -> dict:
     cuda = torch.device(device).type == 'cuda'
     bf16 = cuda and torch.cuda.is_bf16_supported()
     return dict(bf16=bf16, fused=cuda, compile=cuda, attn_backend=default_backend(device, compute_dtype(bf16)),
-                sparse_head=True, ce_chunk=0, grad_ckpt=False)
+                sparse_head=True, ce_chunk=0, grad_ckpt=False, head_loss='plain')
 
 # %% ../../nbs/bench/00_throughput.ipynb #b78f4b6b
 def _resolve_options(dev, options: dict) -> dict:
@@ -234,23 +253,43 @@ def _resolve_options(dev, options: dict) -> dict:
     if 'attn_backend' not in options: opts['attn_backend'] = default_backend(dev, compute_dtype(opts['bf16']))
     if opts['attn_backend'] == 'flash' and dev.type == 'cuda' and not opts['bf16']:
         raise ConfigError("attn_backend='flash' needs bf16 (the GPU kernels take fp16/bf16 only); with bf16=False use 'sdpa'")
+    if opts['head_loss'] not in HEAD_LOSSES: raise ConfigError(f"head_loss={opts['head_loss']!r}; choose one of {list(HEAD_LOSSES)}")
     return opts
 
 # %% ../../nbs/bench/00_throughput.ipynb #f7ebcd53
 def _our_side(name: str, cfg, opts: dict, batches, dev, documents: bool = False, sparse_head: bool | None = None) -> Side:
-    "Our model with the fast-path options `opts`; attention confined to documents only when `documents`."
+    """Our model with the fast-path options `opts`, built on `dev`; attention confined to documents only when
+    `documents` (else `_no_documents`, one document per row on the 'flash' backend)."""
     sparse = opts['sparse_head'] if sparse_head is None else sparse_head
-    chunk = opts['ce_chunk']
-    def loss_fn(m, b): return bench_loss(m, b if documents else _no_documents(b), sparse, chunk)
+    chunk, how = opts['ce_chunk'], opts['head_loss']
+    if not documents: batches = [_no_documents(b, cfg.attn_backend == 'flash') for b in batches]
     seed_everything(0)
-    return Side(name, build_model(cfg), loss_fn, batches, dev, bf16=opts['bf16'], fused=opts['fused'],
-                compile=opts['compile'], grad_ckpt=opts['grad_ckpt'])
+    with torch.device(dev): model = build_model(cfg)   # initialised where it trains: a 1b model in seconds
+    side = Side(name, model, lambda m, b: bench_loss(m, b, sparse, chunk, how), batches, dev, bf16=opts['bf16'],
+                fused=opts['fused'], compile=opts['compile'], grad_ckpt=opts['grad_ckpt'])
+    side.documents, side.sparse = documents, sparse
+    return side
 
 # %% ../../nbs/bench/00_throughput.ipynb #a098c23a
 def _hf_side(cfg, objective, opts, batches, dev) -> Side:
     "Hugging Face's model, eager, with our precision and optimizer (those are not what is compared)."
     seed_everything(0)
-    return Side('hf', hf_model(cfg, objective), hf_loss, batches, dev, bf16=opts['bf16'], fused=opts['fused'])
+    with torch.device(dev): model = hf_model(cfg, objective)
+    side = Side('hf', model, hf_loss, batches, dev, bf16=opts['bf16'], fused=opts['fused'])
+    side.documents, side.sparse = False, False
+    return side
+
+# %% ../../nbs/bench/00_throughput.ipynb #5a999170
+def _sides(cfg, objective: str, baseline: str, opts: dict, batches, dev, documents: bool, head_losses: tuple) -> list[Side]:
+    "ours, ours+docs (when `documents`), ours+docs/<how> per head loss in `head_losses`, then the baseline."
+    sides = [_our_side('ours', cfg, opts, batches, dev)]
+    if documents: sides.append(_our_side('ours+docs', cfg, opts, batches, dev, documents=True))
+    for how in head_losses:
+        if how not in HEAD_LOSSES: raise ConfigError(f'head loss {how!r}; choose from {list(HEAD_LOSSES)}')
+        sides.append(_our_side(f'ours+docs/{how}', cfg, dict(opts, head_loss=how), batches, dev, documents=True))
+    if baseline == 'hf': sides.append(_hf_side(cfg, objective, opts, batches, dev))
+    else: sides.append(_our_side('dense-head', cfg, opts, batches, dev, sparse_head=False))
+    return sides
 
 # %% ../../nbs/bench/00_throughput.ipynb #ea66d1e3
 def _side_row(name: str, t: dict, cfg, objective: str, tokens: int, seq_len: int, mask_ratio: float,
@@ -275,9 +314,10 @@ def benchmark(size: str = 'tiny',          # one of `BENCH_SIZES`
               reps: int = 3,               # timed repetitions
               warmup: int = 2,             # untimed steps per side
               mask_ratio: float = 0.4,     # MLM
-              documents: bool = True,      # also time ours with document masking ('ours+docs')
+              documents: bool = True,      # also time ours with document masking ('ours+docs', the trainer's side)
               device: str | None = None,   # None: CUDA when present
-              **options,                   # fast-path overrides: bf16, fused, compile, attn_backend, sparse_head, ce_chunk, grad_ckpt
+              head_losses: tuple = (),     # more 'ours+docs' sides, each with one of `HEAD_LOSSES` ('ours+docs/<how>')
+              **options,                   # fast-path overrides: bf16, fused, compile, attn_backend, sparse_head, ce_chunk, grad_ckpt, head_loss
              ) -> dict:
     "Ours against the baseline: tokens/s, step time, MFU, peak memory per side, and the ratio ours/baseline."
     obj = objective_of(objective)
@@ -290,16 +330,12 @@ def benchmark(size: str = 'tiny',          # one of `BENCH_SIZES`
     cfg = bench_config(size, opts['attn_backend'])
     batches = make_batches(cfg, objective, batch_size, seq_len, n=4, mask_ratio=mask_ratio)
     torch._dynamo.reset()   # a fresh compile cache: what earlier benchmarks compiled counts against no limit here
-    sides = [_our_side('ours', cfg, opts, batches, dev)]
-    if documents: sides.append(_our_side('ours+docs', cfg, opts, batches, dev, documents=True))
-    if baseline == 'hf': sides.append(_hf_side(cfg, objective, opts, batches, dev))
-    else: sides.append(_our_side('dense-head', cfg, opts, batches, dev, sparse_head=False))
+    sides = _sides(cfg, objective, baseline, opts, batches, dev, documents, tuple(head_losses))
     timed = time_sides(sides, steps, reps, warmup)
     peak = device_peak_flops(dev)
     span = statistics.mean(attention_span(b['document_ids']) for b in batches)      # Σ len² / Σ len of the batches
     rows = [_side_row(s.name, timed[s.name], cfg, objective, batch_size * seq_len, seq_len, mask_ratio,
-                      opts['sparse_head'] and s.name in ('ours', 'ours+docs'), peak,
-                      span if s.name == 'ours+docs' else None) for s in sides]
+                      s.sparse, peak, span if s.documents else None) for s in sides]
     del sides
     return dict(size=size, objective=objective, baseline=baseline, batch_size=batch_size, seq_len=seq_len,
                 mask_ratio=mask_ratio if obj.masked else None, steps=steps, reps=reps, warmup=warmup,

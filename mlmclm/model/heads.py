@@ -5,6 +5,7 @@
 # %% ../../nbs/model/02_heads.ipynb #e920fe14
 from __future__ import annotations
 
+import functools
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -15,8 +16,9 @@ from ..base.configs import ConfigError
 from .transformer import Transformer, varlen_layout
 
 # %% auto #0
-__all__ = ['POOLINGS', 'HEADS', 'IGNORE', 'mean_pool', 'pool', 'pool_padded', 'real_tokens', 'Head', 'TaskModel',
-           'chunked_cross_entropy']
+__all__ = ['POOLINGS', 'HEADS', 'IGNORE', 'HEAD_LOSSES', 'mean_pool', 'pool', 'pool_padded', 'real_tokens', 'Head', 'TaskModel',
+           'chunked_cross_entropy', 'compiled_head_loss', 'FusedLinearCrossEntropy', 'fused_linear_cross_entropy',
+           'lm_head_loss']
 
 # %% ../../nbs/model/02_heads.ipynb #3e027cab
 POOLINGS = ('mean', 'last', 'first')
@@ -145,3 +147,84 @@ def chunked_cross_entropy(hidden: torch.Tensor,  # (..., hidden) final hidden st
     for s in range(0, labels.numel(), chunk):
         total = total + checkpoint(_ce_sum, hidden[s:s + chunk], weight, labels[s:s + chunk], use_reentrant=False)
     return total / (labels != IGNORE).sum().clamp(min=1)
+
+# %% ../../nbs/model/02_heads.ipynb #05dbe4f1
+HEAD_LOSSES = ('plain', 'compiled', 'fused')   # how `lm_head_loss` runs the LM head and its cross-entropy
+
+
+def _head_ce(h, w, y):   # h: (n, hidden), w: (V, hidden), y: (n,): the plain head and loss, mean over labelled positions
+    return F.cross_entropy(F.linear(h, w).float(), y, ignore_index=IGNORE)
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_head_loss(backend: str = 'inductor'):   # a `torch.compile` backend ('aot_eager...' on a CPU: no code generation)
+    "`_head_ce` compiled with `backend`, once per process: the head and the loss in one graph."
+    return torch.compile(_head_ce, backend=backend)
+
+# %% ../../nbs/model/02_heads.ipynb #9b043728
+def _compute_dtype(t: torch.Tensor) -> torch.dtype:
+    "The dtype a matmul of `t` runs in: autocast's when it is on for `t`'s device, else `t`'s own."
+    dev = t.device.type
+    return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else t.dtype
+
+
+def _chunk_grads(h, w, y, scale):   # h: (c, hidden), w: (V, hidden) in the compute dtype, y: (c,), scale: 1 / labelled
+    "One chunk: its summed loss (fp32) and the gradient of the scaled loss with respect to its logits, (c, V) in h's dtype."
+    logits = (h @ w.T).float()                                                  # (c, V): the only (c, V) tensor alive
+    lse, keep, target = logits.logsumexp(-1), y != IGNORE, y.clamp(min=0)[:, None]
+    loss = ((lse - logits.gather(1, target)[:, 0]) * keep).sum()
+    grad = logits.sub_(lse[:, None]).exp_()                                     # softmax, in place
+    grad.scatter_add_(1, target, -keep[:, None].to(grad.dtype))                 # - one-hot at the labels
+    return loss, grad.mul_(keep[:, None] * scale).to(h.dtype)                   # scaled before rounding, as the plain loss
+
+# %% ../../nbs/model/02_heads.ipynb #3d633763
+class FusedLinearCrossEntropy(torch.autograd.Function):
+    "Mean cross-entropy of `hidden @ weight.T`; the gradients are computed chunk by chunk in forward, backward scales them."
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, chunk: int):   # (n, hidden), (V, hidden), (n,)
+        dtype = _compute_dtype(hidden)
+        with torch.autocast(hidden.device.type, enabled=False):
+            h, w = hidden.to(dtype), weight.to(dtype)
+            scale = 1 / (labels != IGNORE).sum().clamp(min=1)
+            grad_h = torch.empty_like(h)                                                          # (n, hidden)
+            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)         # (V, hidden)
+            total = h.new_zeros((), dtype=torch.float32)
+            for s in range(0, labels.numel(), chunk):
+                loss, g = _chunk_grads(h[s:s + chunk], w, labels[s:s + chunk], scale)            # g: (c, V)
+                total += loss
+                grad_h[s:s + chunk] = g @ w
+                grad_w += (g.T @ h[s:s + chunk]).float()
+        ctx.save_for_backward(grad_h, grad_w)
+        ctx.dtypes = hidden.dtype, weight.dtype
+        return total * scale
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        grad_h, grad_w = ctx.saved_tensors
+        return (grad_h * grad_out).to(ctx.dtypes[0]), (grad_w * grad_out).to(ctx.dtypes[1]), None, None
+
+# %% ../../nbs/model/02_heads.ipynb #a1ea9103
+def fused_linear_cross_entropy(hidden: torch.Tensor,  # (..., hidden) final hidden states
+                               weight: torch.Tensor,  # (V, hidden) the LM head
+                               labels: torch.Tensor,  # (...) targets, IGNORE where no loss is taken
+                               chunk: int = 4096,     # positions per chunk: the (chunk, V) logits are all that is alive
+                              ) -> torch.Tensor:      # scalar: mean over labelled positions, as `F.cross_entropy`
+    "`FusedLinearCrossEntropy`: the loss with no logits kept for backward."
+    if chunk < 1: raise ConfigError(f'chunk={chunk} must be >= 1')
+    return FusedLinearCrossEntropy.apply(hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1), chunk)
+
+# %% ../../nbs/model/02_heads.ipynb #287f6861
+def lm_head_loss(hidden: torch.Tensor,  # (..., hidden) final hidden states
+                 weight: torch.Tensor,  # (V, hidden) the LM head
+                 labels: torch.Tensor,  # (...) targets, IGNORE where no loss is taken
+                 how: str = 'plain',    # one of HEAD_LOSSES
+                 chunk: int = 0,        # positions per chunk: 'plain' chunked (0: at once), 'fused' (0: 4096)
+                 backend: str = 'inductor',  # 'compiled': the `torch.compile` backend
+                ) -> torch.Tensor:      # scalar: mean over labelled positions
+    "The cross-entropy of the LM head at `hidden` against `labels`, run as `how` says (see above)."
+    if how not in HEAD_LOSSES: raise ConfigError(f'head loss {how!r}; choose one of {list(HEAD_LOSSES)}')
+    hidden, labels = hidden.reshape(-1, hidden.shape[-1]), labels.reshape(-1)      # (n, hidden), (n,)
+    if how == 'fused': return fused_linear_cross_entropy(hidden, weight, labels, chunk or 4096)
+    if how == 'plain': return chunked_cross_entropy(hidden, weight, labels, chunk) if chunk else _head_ce(hidden, weight, labels)
+    torch._dynamo.maybe_mark_dynamic(hidden, 0); torch._dynamo.maybe_mark_dynamic(labels, 0)   # n varies (sparse head)
+    return compiled_head_loss(backend)(hidden, weight, labels)

@@ -12,61 +12,110 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from ..base.configs import ConfigError
 from ..base.devices import MemoryMeter
 from .heads import chunked_cross_entropy
-from .sizes import block_shape, model_config
+from .sizes import block_shape, model_config, stored_activation_bytes, stored_logit_bytes
 from .transformer import (Block, Rotary, allowed_attention, host_layout, reference_varlen,
                                       torch_varlen_kernel)
 
 # %% auto #0
-__all__ = ['MEASURED', 'gpu_varlen_on_cpu', 'activation_bytes', 'logit_bytes']
+__all__ = ['MEASURED', 'gpu_varlen_on_cpu', 'activation_bytes', 'logit_bytes', 'known_activation_bytes']
+
+# %% ../../nbs/model/03_memory.ipynb #f40053c1
+def _block_call(block, *inputs):
+    "Run `block`: compiled on its own when measuring, so the trainer's blocks (`Module._call_impl`) find no graphs of ours."
+    return block(*inputs)
 
 # %% ../../nbs/model/03_memory.ipynb #f4e3eadc
 def _blocks_forward(cfg, blocks, rows: int, layers: int, bf16: bool, checkpointed: bool, T: int = 8,
-                    compiled: bool = False) -> int:
+                    compiled: bool = False, call=None) -> int:
     """Bytes alive after the forward pass of `layers` of `blocks` over `rows` rows of two documents each; `compiled`:
     the bytes of the distinct storages the pass saves for backward (saved-tensor hooks: dynamo compiles nothing while a
-    dispatch mode such as `MemoryMeter` is active; on eager blocks the two counts are equal)."""
+    dispatch mode such as `MemoryMeter` is active; on eager blocks the two counts are equal). `call(block, *inputs)`
+    runs a block (default: `block(*inputs)`)."""
     x = torch.randn(rows, T, cfg.hidden_size, requires_grad=True)
     cos, sin = Rotary(cfg)(torch.arange(T)[None])
     docs = torch.tensor([[0] * (T // 2) + [1] * (T - T // 2)] * rows)
     allowed = host_layout(None, docs) if cfg.attn_backend == 'flash' else allowed_attention(False, T, None, docs)
-    saved = {}
+    saved, call = {}, call or _block_call
     def pack(t):
         s = t.untyped_storage(); saved[s.data_ptr()] = s.nbytes(); return t
     counting = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if compiled else MemoryMeter()
     with counting as mm, torch.autocast('cpu', dtype=torch.bfloat16, enabled=bf16):
         for block in blocks[:layers]:
             x = checkpoint(block, x, cos, sin, False, allowed, use_reentrant=False) if checkpointed else \
-                block(x, cos, sin, False, allowed)
+                call(block, x, cos, sin, False, allowed)
         return sum(saved.values()) if compiled else mm.live
 
 # %% ../../nbs/model/03_memory.ipynb #2108aa8a
-def _cpu_varlen(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=False, scale=None, window_size=None, enable_gqa=False,
-                seqused_k=None, block_table=None, num_splits=None):
-    "A CPU kernel for torch's varlen op (`reference_varlen`): (out, log-sum-exp (H, n) fp32, rng state), as on a GPU."
-    if k.shape[1] != q.shape[1]: k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], 1) for t in (k, v))
-    out = reference_varlen(q, k, v, cu_q, max_q, is_causal or list(window_size or []) == [-1, 0])
-    return out, q.new_zeros(q.shape[1], q.shape[0], dtype=torch.float32), torch.zeros(2, dtype=torch.uint64)
+def _by_name(op, args: tuple, kwargs: dict) -> dict:
+    "A call of `op` (an `OpOverload`) as {argument name: value}, by its schema: positions moved between releases."
+    return {**dict(zip((a.name for a in op._schema.arguments), args)), **kwargs}
+
+
+def _causal(call: dict) -> bool:
+    "Causal by `is_causal`, or by the window (-1, 0) some releases pass instead."
+    return bool(call.get('is_causal')) or list(call.get('window_size') or []) == [-1, 0]
+
+
+def _cpu_varlen_forward(op):
+    "A CPU kernel for torch's varlen forward `op` (`reference_varlen`): out, a log-sum-exp (H, n) fp32, an rng state."
+    def kernel(*args, **kwargs):
+        a = _by_name(op, args, kwargs)
+        q = a['query']
+        out = reference_varlen(q, a['key'], a['value'], a['cu_seq_q'], a['max_q'], _causal(a))
+        return (out, q.new_zeros(q.shape[1], q.shape[0], dtype=torch.float32),
+                torch.zeros(2, dtype=torch.uint64))[:len(op._schema.returns)]
+    return kernel
+
+# %% ../../nbs/model/03_memory.ipynb #cecef461
+def _varlen_grads(grad_out, q, k, v, cu, causal: bool) -> tuple:
+    """dq, dk, dv of `reference_varlen`, document by document in fp32 (a kernel runs below autograd: the gradients are
+    written out); grouped key/value heads receive the sum over their query heads."""
+    grads = [torch.zeros_like(t, dtype=torch.float32) for t in (q, k, v)]       # (n, H or H_kv, D)
+    group = q.shape[1] // k.shape[1]
+    for s, e in zip(cu[:-1].tolist(), cu[1:].tolist()):
+        qs, ks, vs, gs = (t[s:e].float().transpose(0, 1) for t in (q, k, v, grad_out))   # (heads, len, D)
+        ks, vs = ks.repeat_interleave(group, 0), vs.repeat_interleave(group, 0)         # (H, len, D)
+        scores = qs @ ks.transpose(1, 2) / q.shape[-1] ** 0.5                           # (H, len, len)
+        if causal: scores = scores.masked_fill(torch.ones_like(scores, dtype=torch.bool).triu(1), float('-inf'))
+        p = scores.softmax(-1)
+        dp = gs @ vs.transpose(1, 2)
+        ds = p * (dp - (dp * p).sum(-1, keepdim=True)) / q.shape[-1] ** 0.5
+        for g, d in zip(grads, (ds @ ks, ds.transpose(1, 2) @ qs, p.transpose(1, 2) @ gs)):
+            g[s:e] = (d if d.shape[0] == g.shape[1] else d.unflatten(0, (g.shape[1], group)).sum(1)).transpose(0, 1)
+    return tuple(g.to(t.dtype) for g, t in zip(grads, (q, k, v)))
+
+
+def _cpu_varlen_backward(op):
+    "A CPU kernel for torch's varlen backward `op`: dq, dk, dv of the reference attention."
+    def kernel(*args, **kwargs):
+        a = _by_name(op, args, kwargs)
+        return _varlen_grads(a['grad_out'], a['query'], a['key'], a['value'], a['cu_seq_q'], _causal(a))
+    return kernel
 
 # %% ../../nbs/model/03_memory.ipynb #adfd09e5
 @contextlib.contextmanager
 def gpu_varlen_on_cpu():
-    """torch's varlen op (`torch.nn.attention.varlen`, the GPU's flash kernel without flash-attn) given a CPU kernel
-    while active: yields the kernel in our calling convention. One opaque op, as a compiled graph holds the GPU's
-    kernel, saving what the GPU's saves (q, k, v, out, the log-sum-exp)."""
+    """torch's varlen op (`torch.nn.attention.varlen`, the GPU's flash kernel without flash-attn) and its backward given
+    CPU kernels while active: yields the kernel in our calling convention (see above)."""
     from torch.nn.attention.varlen import varlen_attn
     lib = torch.library.Library('torch_attn', 'IMPL')
-    lib.impl('_varlen_attn', _cpu_varlen, 'CPU')
+    ops = torch.ops.torch_attn
+    lib.impl('_varlen_attn', _cpu_varlen_forward(ops._varlen_attn.default), 'CPU')
+    if hasattr(ops, '_varlen_attn_backward'):
+        lib.impl('_varlen_attn_backward', _cpu_varlen_backward(ops._varlen_attn_backward.default), 'CPU')
     try: yield torch_varlen_kernel(varlen_attn)
     finally: lib._destroy()
 
 # %% ../../nbs/model/03_memory.ipynb #78234a72
-def _compiled_blocks(cfg, blocks, kernel) -> None:
-    "Compile `blocks` in place as the trainer does on a GPU, with inductor's partitioner and no code generation."
+def _compiled_call(blocks, kernel):
+    """`_block_call` compiled as the trainer compiles its blocks on a GPU (inductor's partitioner, no code generation),
+    `blocks` on `kernel` (torch's op on the CPU) when given."""
     for block in blocks:
         if kernel is not None: block.self_attn.varlen_impl = kernel
-        block.compile(backend='aot_eager_decomp_partition', dynamic=False)
+    return torch.compile(_block_call, backend='aot_eager_decomp_partition', dynamic=False)
 
 # %% ../../nbs/model/03_memory.ipynb #cbbd6eef
 @functools.lru_cache(maxsize=None)
@@ -80,15 +129,16 @@ def _activation_bytes(key: tuple, bf16: bool, checkpointed: bool, compiled: bool
     blocks.to_empty(device='cpu')
     with torch.no_grad():
         for p in blocks.parameters(): p.fill_(0.02)              # the values do not matter, only the shapes
-    layer = lambda rows: (_blocks_forward(cfg, blocks, rows, 2, bf16, checkpointed, compiled=compiled)
-                          - _blocks_forward(cfg, blocks, rows, 1, bf16, checkpointed, compiled=compiled))   # one more block
-    if not compiled: return (layer(2) - layer(1)) / 8             # one more row of 8 tokens: weights cancel
+    call = None
+    layer = lambda rows: (_blocks_forward(cfg, blocks, rows, 2, bf16, checkpointed, compiled=compiled, call=call)
+                          - _blocks_forward(cfg, blocks, rows, 1, bf16, checkpointed, compiled=compiled, call=call))
+    if not compiled: return (layer(2) - layer(1)) / 8             # one more block, one more row of 8 tokens: weights cancel
     from torch._dynamo.utils import counters
     breaks = lambda: sum(counters['graph_break'].values()) + sum(n for k, n in counters['unimplemented'].items() if 'recompile' in k.lower())
     before = counters['stats']['unique_graphs'], breaks()
     with (gpu_varlen_on_cpu() if cfg.attn_backend == 'flash' else contextlib.nullcontext()) as kernel, \
          torch._dynamo.config.patch(recompile_limit=64, accumulated_recompile_limit=4096):
-        _compiled_blocks(cfg, blocks, kernel)
+        call = _compiled_call(blocks, kernel)
         per_token = (layer(2) - layer(1)) / 8
     graphs, broken = counters['stats']['unique_graphs'] - before[0], breaks() - before[1]
     if broken or not graphs:   # else some of it ran eager, and the count is not the compiled one
@@ -117,4 +167,14 @@ def logit_bytes(bf16: bool = True, chunked: bool = False) -> float:
     return (mm.peak - 4 * V * h * (2 if chunked else 1) - 4 * n * h) / ((n // 4 if chunked else n) * V)
 
 # %% ../../nbs/model/03_memory.ipynb #2f2b809a
-MEASURED = dict(activation_bytes=activation_bytes, logit_bytes=logit_bytes)   # `memory_estimate(..., **MEASURED)`: any shape
+def known_activation_bytes(cfg,                     # a `ModelConfig`
+                           bf16: bool = True, checkpointed: bool = False, compiled: bool = False,
+                          ) -> float:               # bytes per token per block
+    """A named size's block from the stored tables (`mlmclm.model.sizes.stored_activation_bytes`: no compile, no private
+    op at set-up), any other shape measured now (`activation_bytes`)."""
+    try: return stored_activation_bytes(cfg, bf16, checkpointed, compiled)
+    except ConfigError: return activation_bytes(cfg, bf16, checkpointed, compiled)
+
+
+# `memory_estimate(..., **MEASURED)`: any shape, the named sizes as stored, the loss's bytes per logit as stored
+MEASURED = dict(activation_bytes=known_activation_bytes, logit_bytes=stored_logit_bytes)

@@ -29,7 +29,7 @@ except ImportError: DynamicInt = None
 # %% auto #0
 __all__ = ['HALF', 'RMSNorm', 'MLP', 'Rotary', 'rotate_half', 'apply_rope', 'to_llama_config_dict', 'allowed_attention',
            'varlen_layout', 'host_layout', 'layout_of', 'reference_varlen', 'torch_varlen_kernel', 'varlen_kernel',
-           'attention_kernel', 'default_backend', 'sdpa_inputs', 'layer_kernel', 'Attention', 'Block',
+           'attention_kernel', 'default_backend', 'sdpa_inputs', 'grouped_heads', 'layer_kernel', 'Attention', 'Block',
            'document_positions', 'unpad', 'repad', 'symbolic_layout', 'Body', 'Output', 'Transformer', 'build_model',
            'compile_blocks', 'HostSyncs']
 
@@ -163,17 +163,23 @@ def reference_varlen(q, k, v, cu_seqlens, max_len, causal):
     return torch.cat(out)                                                                  # (n_tokens, H, D)
 
 # %% ../../nbs/model/01_transformer.ipynb #e6d54cf1
-def torch_varlen_kernel(varlen_attn):
-    "PyTorch's varlen kernel in our calling convention; its keywords moved between releases (causality, GQA)."
+def torch_varlen_kernel(varlen_attn,                  # `torch.nn.attention.varlen.varlen_attn` of the installed release
+                        grouped: bool | None = None,  # keys and values with their own heads; None: if the release says it takes them
+                       ):
+    """PyTorch's varlen kernel in our calling convention; its keywords moved between releases (causality, GQA). Keys
+    and values with fewer heads than the queries go through unrepeated when `grouped` (with `enable_gqa=True` where
+    the release has the keyword), else repeated per query head."""
     params = inspect.signature(varlen_attn).parameters
+    grouped = 'enable_gqa' in params if grouped is None else grouped
     def torch_varlen(q, k, v, cu, max_len, causal):
         kw = {}
         if 'window_size' in params: kw['window_size'] = (-1, 0) if causal else (-1, -1)
         else: kw['is_causal'] = causal
         if k.shape[1] != q.shape[1]:
-            if 'enable_gqa' in params: kw['enable_gqa'] = True
-            else: k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+            if not grouped: k, v = (t.repeat_interleave(q.shape[1] // k.shape[1], dim=1) for t in (k, v))
+            elif 'enable_gqa' in params: kw['enable_gqa'] = True
         return varlen_attn(q, k, v, cu, cu, max_len, max_len, **kw)
+    torch_varlen.grouped = grouped
     return torch_varlen
 
 # %% ../../nbs/model/01_transformer.ipynb #e69b4c77
@@ -241,9 +247,42 @@ def sdpa_inputs(k, v, n_heads: int, masked: bool) -> tuple:
     return k.repeat_interleave(n_heads // n_kv, dim=1), v.repeat_interleave(n_heads // n_kv, dim=1), False
 
 # %% ../../nbs/model/01_transformer.ipynb #2be2da8e
+@functools.lru_cache(maxsize=None)
+def grouped_heads(device: str,           # a CUDA device ('cpu' with a CPU kernel registered for torch's op: tests)
+                  varlen_attn=None,      # the release's `varlen_attn` (None: the installed one)
+                 ) -> bool:
+    """Whether torch's varlen kernel on `device` takes keys and values with fewer heads than the queries and gives what
+    repeating them gives, forward and backward (FlashAttention's kernels do; releases without `enable_gqa` do not say).
+    Checked once per device: two documents, 4 query and 2 key/value heads, bf16."""
+    if varlen_attn is None: from torch.nn.attention.varlen import varlen_attn
+    g = torch.Generator(device).manual_seed(0)
+    q, k, v = (torch.randn(16, h, 64, generator=g, device=device, dtype=torch.bfloat16) for h in (4, 2, 2))
+    cu = torch.tensor([0, 7, 16], dtype=torch.int32, device=device)
+    def run(grouped: bool) -> list:
+        qs, ks, vs = (t.clone().requires_grad_() for t in (q, k, v))
+        out = torch_varlen_kernel(varlen_attn, grouped)(qs, ks, vs, cu, 9, True)
+        out.float().square().sum().backward()
+        return [out, qs.grad, ks.grad, vs.grad]
+    try: got = run(True)
+    except (RuntimeError, ValueError, TypeError, AssertionError): return False   # refused: repeat them
+    return all(torch.allclose(a.float(), b.float(), atol=2e-2, rtol=2e-2) for a, b in zip(got, run(False)))
+
+# %% ../../nbs/model/01_transformer.ipynb #0a6c01c7
+@functools.lru_cache(maxsize=None)
+def _cuda_kernel(device: str):
+    "`varlen_kernel()`, or torch's with grouped keys and values where its release does not say but its kernel takes them."
+    kernel = varlen_kernel()
+    if getattr(kernel, 'grouped', True) or not grouped_heads(device): return kernel   # flash-attn's take grouped heads
+    from torch.nn.attention.varlen import varlen_attn
+    return torch_varlen_kernel(varlen_attn, grouped=True)
+
+
 def layer_kernel(device) -> object:
-    "The 'flash' backend's kernel for a layer on `device`: `varlen_kernel()` on CUDA (None when none exists), else `reference_varlen`."
-    return varlen_kernel() if torch.device(device).type == 'cuda' else reference_varlen
+    """The 'flash' backend's kernel for a layer on `device`: on CUDA `varlen_kernel()` (None when none exists), keys and
+    values unrepeated where the kernel takes grouped heads (`grouped_heads`); else `reference_varlen`."""
+    device = torch.device(device)
+    if device.type != 'cuda': return reference_varlen
+    return varlen_kernel() if not torch.cuda.is_available() else _cuda_kernel(str(device))
 
 # %% ../../nbs/model/01_transformer.ipynb #aab04fb5
 class Attention(nn.Module):

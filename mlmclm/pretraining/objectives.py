@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..base.configs import ConfigError
-from ..model.heads import IGNORE, chunked_cross_entropy
+from ..model.heads import IGNORE, lm_head_loss
 from ..model.transformer import host_layout, layout_of
 from ..protocol.schedules import OBJECTIVES, Phase
 
@@ -90,6 +90,7 @@ def labelled_positions(labels: torch.Tensor,  # (B, T), IGNORE where no loss is 
 def lm_loss(model, batch: dict,
             sparse_head: bool = True,  # MLM: LM head only at the masked positions
             ce_chunk: int = 0,         # head + loss `ce_chunk` positions at a time (`chunked_cross_entropy`); 0: at once
+            head_loss: str = 'plain',  # 'compiled' or 'fused': the head and the loss as `mlmclm.model.heads.lm_head_loss` runs them
            ) -> tuple[torch.Tensor, torch.Tensor]:
     "Mean cross-entropy over labelled positions, and their count (a tensor: reading it is the caller's sync)."
     labels = batch['labels']
@@ -101,11 +102,11 @@ def lm_loss(model, batch: dict,
         at = batch.get('masked_positions')
         at = labelled_positions(labels) if at is None else at                     # (n_masked,)
         picked = labels.flatten().index_select(0, at)                             # (n_masked,)
-    if ce_chunk:   # through the model's own call (DDP and torch.compile wrap it), then the head chunk by chunk
+    if ce_chunk or head_loss != 'plain':   # through the model's own call (DDP and torch.compile wrap it), then the head chunk by chunk
         h = model(batch['input_ids'], head=False, **kw).hidden_states            # (B, T, hidden)
         if sparse_head: h, labels = h.flatten(0, 1).index_select(0, at), picked   # (n_masked, hidden), (n_masked,)
         head = getattr(model, 'module', model).lm_head                            # DDP keeps the model in .module
-        return chunked_cross_entropy(h, head.weight, labels, ce_chunk), sel.sum()
+        return lm_head_loss(h, head.weight, labels, head_loss, ce_chunk), sel.sum()
     out = model(batch['input_ids'], logits_index=at if sparse_head else None, **kw)
     if sparse_head: return F.cross_entropy(out.logits.float(), picked), sel.sum()          # (n_labelled, V)
     # dense: ignore_index skips unlabelled positions without copying the (B*T, V) logits

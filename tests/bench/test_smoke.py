@@ -144,17 +144,18 @@ def test_the_pretraining_part_fails_on_a_recompile_and_on_memory_outside_the_ban
     good = bench._smoke_pretrain(dev, 'tiny', 2, 32, tmp_path/'a')
     assert good['ok'] and good['checks'] == dict(steps=True, memory=True, graph_breaks=True, recompiles=True), good
     assert 0.8 <= good['measured_over_estimate'] <= 1.3 and good['dynamo']['recompiles'] == 0
-    real = bench.pretrain
-    def recompiling(cfg):   # a run during which dynamo compiles a frame again (a guard failed)
-        f = torch.compile(lambda x: x + 1, backend='eager')
-        f(torch.ones(2)); f(torch.ones(2, dtype=torch.long))
-        return real(cfg)
+    import mlmclm.pretraining.loop as loop
+    real, steps = loop.train_step, []
+    def recompiling(*a, **k):   # a second step during which dynamo compiles a frame again (a guard failed)
+        steps.append(len(steps))
+        if len(steps) == 2: f = torch.compile(lambda x: x + 1, backend='eager'); f(torch.ones(2)); f(torch.ones(2, dtype=torch.long))
+        return real(*a, **k)
     class NoMeter:   # dynamo compiles nothing while a dispatch mode (the CPU's `MemoryMeter`) is active
         peak = 0
         def __enter__(self): return self
         def __exit__(self, *exc): return False
     with monkeypatch.context() as m:
-        m.setattr(bench, 'pretrain', recompiling); m.setattr(bench, 'MemoryMeter', NoMeter)
+        m.setattr(loop, 'train_step', recompiling); m.setattr(bench, 'MemoryMeter', NoMeter)
         r = bench._smoke_pretrain(dev, 'tiny', 2, 32, tmp_path/'b')
     assert not r['ok'] and r['checks']['recompiles'] is False and r['dynamo']['recompiles'] >= 1
     fit = bench.fit_settings
