@@ -43,7 +43,7 @@ PUBLIC = {   # name -> the module (under mlmclm.) that defines it
     'get_plan': 'study.plan', 'paper_plan': 'study.plan', 'demo_plan': 'study.plan', 'estimate': 'study.plan',
     'launch': 'study.launchers', 'describe': 'study.commands',
     # figures and tables
-    'FIGURES': 'report.render', 'FigureSpec': 'report.render', 'render_all': 'report.render',
+    'FIGURES': 'report.figures', 'FigureSpec': 'report.figures', 'render_all': 'report.render',
     'results_tables': 'report.tables',
 }
 
@@ -67,14 +67,14 @@ MOVED = {   # old module (0.1) -> the modules its names live in now
     'store': ('data.token_store',),
     'objectives': ('pretraining.objectives', 'model.heads', 'model.memory', 'base.optim', 'base.devices'),
     'packing': ('finetuning.batches', 'base.devices'), 'checkpoints': ('model.checkpoints',),
-    'state': ('pretraining.train_state',), 'session': ('pretraining.setup', 'pretraining.checks', 'base.trackers'),
+    'state': ('pretraining.train_state', 'base.disks'), 'session': ('pretraining.setup', 'pretraining.checks', 'base.trackers'),
     'pretrain': ('pretraining.loop',), 'task_data': ('tasks.examples',), 'tasks': ('tasks.registry', 'tasks.metrics'),
     'results': ('results.store',), 'compaction': ('results.compaction',), 'aggregation': ('results.aggregation',),
     'encoding': ('finetuning.features',), 'evaluation': ('finetuning.evaluation',),
     'finetune': ('finetuning.loop', 'finetuning.sweep'), 'paper_runs': ('results.paper_runs',),
     'ranking': ('results.ranking',), 'study': ('study.plan',), 'launchers': ('study.launchers',),
     'study_cli': ('study.commands',), 'figures': ('report.figures',), 'tables': ('report.tables',),
-    'render': ('report.render',), 'bench': ('bench.throughput', 'base.devices'),
+    'render': ('report.render', 'report.figures'), 'bench': ('bench.throughput', 'base.devices'),
     'bench_finetune': ('bench.finetune_speed',), 'bench_run': ('bench.smoke',),
 }
 

@@ -29,6 +29,7 @@ ROOT = project_root()
 REFERENCE = Path(__file__).parents[1]/'fixtures'/'demo'   # the committed raw tables (a copy no demo run rewrites)
 RAW = ('results.csv', 'cpt_loss.csv', 'pretrain_loss.csv')   # what the demo's runs give; the rest is drawn from them
 MEASURED = ('timings.json',)                                  # measured, not drawn
+COMPARED = 'compare/'   # the demo under two numerics, by `mlmclm compare` (checked by tests/results/test_compare_demo.py)
 REDRAW = '.venv/bin/mlmclm figures --results figures/demo/results.csv --out figures/demo --scale demo'
 
 
@@ -42,7 +43,8 @@ def committed_files() -> list[str]:
     "The files of figures/demo/ at HEAD, relative to it."
     listed = _git('ls-tree', '-r', '--name-only', 'HEAD', 'figures/demo')
     if not listed: pytest.skip('not a git checkout, or no committed demo')
-    return sorted(Path(p).relative_to('figures/demo').as_posix() for p in listed.decode().split())
+    files = sorted(Path(p).relative_to('figures/demo').as_posix() for p in listed.decode().split())
+    return [f for f in files if not f.startswith(COMPARED)]
 
 
 def committed(name: str) -> bytes:
