@@ -22,8 +22,8 @@ from ..model.heads import TaskModel
 from ..protocol.finetuning import FINETUNE
 
 # %% auto #0
-__all__ = ['MTEB_EXTRA', 'PREFIXES', 'require_mteb', 'mteb_task', 'Encoder', 'base_encoder', 'STBody', 'exported_encoder',
-           'mteb_scores']
+__all__ = ['MTEB_EXTRA', 'PREFIXES', 'require_mteb', 'mteb_metadata', 'mteb_task', 'Encoder', 'base_encoder', 'STBody',
+           'exported_encoder', 'mteb_scores']
 
 # %% ../../nbs/finetuning/05_mteb_eval.ipynb #213253a1
 MTEB_EXTRA = 'pip install "mlmclm[mteb]"   # mteb>=2 and sentence-transformers'
@@ -36,6 +36,18 @@ def require_mteb():
     return mteb
 
 # %% ../../nbs/finetuning/05_mteb_eval.ipynb #285643a3
+def mteb_metadata(name: str,          # the task's name in MTEB's results
+                  split: str = 'test', # the split it scores
+                 ):
+    "MTEB's `TaskMetadata` of a small English retrieval task of ours, scored by NDCG@10 as MTEB's retrieval tasks are."
+    from mteb.abstasks.task_metadata import TaskMetadata
+    return TaskMetadata(type='Retrieval', name=name, main_score='ndcg_at_10', description=f'mlmclm retrieval set {name}',
+                        reference='https://github.com/mlmclm/mlmclm', dataset={'path': 'NA', 'revision': 'NA'},
+                        category='t2t', eval_splits=[split], eval_langs=['eng-Latn'], date=('2025-01-01', '2025-01-01'),
+                        dialect=['Written'], domains=[], task_subtypes=[], license='cc-by-4.0', annotations_creators='derived',
+                        modalities=['text'], sample_creation='found', bibtex_citation='')
+
+# %% ../../nbs/finetuning/05_mteb_eval.ipynb #f169ef6e
 def mteb_task(name: str,         # the task's name in MTEB's results
               examples: dict,    # a retrieval split of our task table: `queries`, `corpus` (id -> text), `qrels`
               split: str = 'test',
@@ -45,18 +57,12 @@ def mteb_task(name: str,         # the task's name in MTEB's results
     from datasets import Dataset
     from mteb.abstasks.retrieval import AbsTaskRetrieval
     from mteb.abstasks.retrieval_dataset_loaders import RetrievalSplitData
-    from mteb.abstasks.task_metadata import TaskMetadata
-    meta = TaskMetadata(type='Retrieval', name=name, main_score='ndcg_at_10', description=f'mlmclm retrieval set {name}',
-                        reference='https://github.com/mlmclm/mlmclm', dataset={'path': 'NA', 'revision': 'NA'},
-                        category='t2t', eval_splits=[split], eval_langs=['eng-Latn'], date=('2025-01-01', '2025-01-01'),
-                        dialect=['Written'], domains=[], task_subtypes=[], license='cc-by-4.0', annotations_creators='derived',
-                        modalities=['text'], sample_creation='found', bibtex_citation='')
     data = RetrievalSplitData(queries=Dataset.from_list([dict(id=q, text=t) for q, t in examples['queries'].items()]),
                               corpus=Dataset.from_list([dict(id=d, text=t, title='') for d, t in examples['corpus'].items()]),
                               relevant_docs={q: {d: int(r) for d, r in rel.items()} for q, rel in examples['qrels'].items()},
                               top_ranked=None)
     class Task(AbsTaskRetrieval):
-        metadata = meta
+        metadata = mteb_metadata(name, split)
         def load_data(self, num_proc=None, **kwargs): self.dataset, self.data_loaded = {'default': {split: data}}, True
     return Task()
 
@@ -119,7 +125,7 @@ class STBody(nn.Module):
     def forward(self, input_ids, attention_mask=None, is_causal: bool = False, document_ids=None, **kwargs):
         return self.auto_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state   # no flag: its config's
 
-
+# %% ../../nbs/finetuning/05_mteb_eval.ipynb #ae0f73d4
 def exported_encoder(folder: str | Path):
     "A sentence-transformers folder (`save_sentence_transformer`) as MTEB loads it, refused if it does not run bidirectionally."
     require_mteb()

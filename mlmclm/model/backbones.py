@@ -15,7 +15,9 @@ import torch
 import torch.nn as nn
 from dataclasses import dataclass
 from pathlib import Path
-from transformers import masking_utils
+import transformers
+from transformers import CONFIG_MAPPING, AutoConfig, AutoModel, masking_utils
+from transformers import logging as hf_logging
 
 from ..base.configs import ConfigError
 from .sizes import ModelConfig
@@ -85,7 +87,6 @@ def checkpoint_path(hf: dict,   # a checkpoint's config.json
     "Which path runs the checkpoint: ours where `config_from_hf` reads it, else transformers; refused with what we run."
     try: config_from_hf(hf); return 'mlmclm'
     except ConfigError: pass
-    from transformers import CONFIG_MAPPING
     mt = hf.get('model_type')
     can = (f'our Transformer runs {list(SUPPORTED_MODEL_TYPES)}; transformers.AutoModel runs any text encoder or decoder '
            f'it knows (tested: {list(TESTED_ARCHITECTURES)})')
@@ -127,8 +128,6 @@ def save_tiny_backbone(model_type: str,      # a key of TINY_ARCHITECTURES
                        seed: int = 0,
                       ) -> Path:
     "A randomly initialised tiny model of a tested architecture, saved with `tok` in the hub's layout (no network)."
-    import transformers
-    from transformers import AutoConfig
     if model_type not in TINY_ARCHITECTURES:
         raise ConfigError(f'model_type={model_type!r}; tiny models exist for {list(TINY_ARCHITECTURES)}')
     cls, extra = TINY_ARCHITECTURES[model_type]
@@ -279,7 +278,6 @@ def load_backbone(path_or_name: str | Path,          # a checkpoint folder or hu
                   dtype: torch.dtype = torch.float32,  # parameter dtype after loading
                  ) -> Backbone:
     "Open a checkpoint through `transformers.AutoModel` as a `Backbone` (refused with what we can run, if we cannot)."
-    from transformers import AutoModel, logging as hf_logging
     if kernel not in KERNELS: raise ConfigError(f'kernel={kernel!r}; choose one of {list(KERNELS)}')
     register_document_masks()
     folder = resolve(path_or_name)

@@ -26,7 +26,7 @@ EVALUATE_PRESETS = {   # name -> `finetune_config` values: the fine-tuning prese
     'demo': dict(preset='demo', tasks='embedded'),           # the shipped stand-ins and the demo's settings: a CPU's minutes
 }
 
-
+# %% ../../nbs/study/03_evaluate.ipynb #76d9cbd6
 def evaluate_config(checkpoint: str,                 # a checkpoint folder or hub id
                     preset: str = 'paper-tasks',      # a key of EVALUATE_PRESETS
                     results: str | None = None,       # the results store; <project>/runs/evaluate/results.jsonl by default
@@ -52,7 +52,7 @@ def checkpoint_place(ranks: pd.DataFrame, fams: pd.DataFrame, name: str) -> pd.D
     per_family = f.merge(n)[['family', 'family_rank', 'n_systems', 'mean_rank']].rename(columns={'family_rank': 'rank'})
     return pd.concat([per_dataset, per_family.assign(level='family', dataset='')], ignore_index=True)
 
-
+# %% ../../nbs/study/03_evaluate.ipynb #d94d338a
 def describe_place(place: pd.DataFrame, name: str, outside: bool) -> str:
     "Where `name` stands, in a few lines: each family's place, then each dataset's cluster."
     lines = [f"{name}{OUTSIDE_MARK if outside else ''}: its place in the rank clusters"]
