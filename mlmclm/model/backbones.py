@@ -44,22 +44,25 @@ def _document_blocked(make):
                                                            masking_utils.packed_sequence_mask_function(docs))
             kw.update(allow_is_causal_skip=False, allow_is_bidirectional_skip=False)
         return make(*args, **kw)
-    mask.mlmclm_wraps = make
+    mask.mlmclm_wraps, mask.mlmclm_documents = make, _DOCUMENTS   # what it wraps, which documents it reads
     return mask
 
 # %% ../../nbs/model/05_backbones.ipynb #2bb2112d
 MASK_MAKERS = ('sdpa', 'eager', 'flex_attention')   # transformers' kernels whose masks we block by document
 
 def register_document_masks() -> None:
-    "Wrap transformers' mask makers once per process (`documents` sets what they block); idempotent."
+    "Wrap transformers' mask makers to read this module's documents; idempotent (the library's makers wrapped once)."
     for name in MASK_MAKERS:
         make = masking_utils.ALL_MASK_ATTENTION_FUNCTIONS[name]
-        if not hasattr(make, 'mlmclm_wraps'): masking_utils.AttentionMaskInterface.register(name, _document_blocked(make))
+        if getattr(make, 'mlmclm_documents', None) is _DOCUMENTS: continue   # ours already
+        # another copy of this module (a notebook's, a reload's) reads documents that ours never sets: wrap the original
+        masking_utils.AttentionMaskInterface.register(name, _document_blocked(getattr(make, 'mlmclm_wraps', make)))
 
 
 @contextlib.contextmanager
 def documents(document_ids: torch.Tensor | None):  # (B, T) one id per example in a row; None: no blocking
     "Within this block, the masks transformers builds keep attention inside each document of `document_ids`."
+    if document_ids is not None: register_document_masks()   # three lookups: the makers read these documents
     token = _DOCUMENTS.set(document_ids)
     try: yield
     finally: _DOCUMENTS.reset(token)

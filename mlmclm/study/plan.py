@@ -288,8 +288,10 @@ def finetune_flops(plan: StudyPlan, costs: Costs = Costs()) -> float:
 def body_params(size: str,   # a key of MODEL_SIZES, or the hub id of a model of OUTSIDE_MODELS
                ) -> int:
     "Parameters of the blocks and the final norm (what fine-tuning trains besides the embedding and a small head)."
-    if size in OUTSIDE_MODELS: return OUTSIDE_MODELS[size].body_params
-    return param_counts(size)['body']
+    if size in MODEL_SIZES: return param_counts(size)['body']
+    if size not in OUTSIDE_MODELS:   # (defined with the `outside` preset, below)
+        raise ConfigError(f'size={size!r}: neither a size of {list(MODEL_SIZES)} nor a model of OUTSIDE_MODELS')
+    return OUTSIDE_MODELS[size].body_params
 
 # %% ../../nbs/study/00_plan.ipynb #d578d131
 def estimate(plan: StudyPlan, costs: Costs = Costs()):
