@@ -320,7 +320,7 @@ def check_tokenizer(tok,                       # the run's tokenizer (`load_toke
                     mlm: bool = False,         # an MLM head will predict masked tokens: a mask token is needed
                     name: str = 'checkpoint',  # what to call the model in an error
                    ) -> None:
-    "Refuse a tokenizer whose tokens the run feeds lie outside the model's embeddings, or (MLM) that has no mask token."
+    "Refuse a tokenizer whose tokens lie outside the model's embeddings, or (MLM) that has no mask token."
     rows = model.get_input_embeddings().num_embeddings
     added = set(getattr(tok, 'mlmclm_added_tokens', []))
     need = ['eos_token', 'pad_token'] + (['bos_token'] if special_tokens == 'bos_eos' else []) + (['mask_token'] if mlm else [])
@@ -332,6 +332,9 @@ def check_tokenizer(tok,                       # the run's tokenizer (`load_toke
         if tid is None or tid >= rows:
             raise ConfigError(f'{name}: its tokenizer\'s {role} {text!r} (id {tid}) lies outside the model\'s {rows} '
                               f'embeddings{" (mlmclm added it: the tokenizer had none)" if text in added else ""}')
+    top = max(i for t, i in tok.get_vocab().items() if t not in added)   # its own tokens: any text may hold them
+    if top >= rows: raise ConfigError(f"{name}: its tokenizer's ids go up to {top}, past the model's {rows} embeddings: "
+                                      f'not the tokenizer this model was trained with')
 
 # %% ../../nbs/model/05_backbones.ipynb #7e414949
 def packing_table(folders: dict) -> 'pd.DataFrame':

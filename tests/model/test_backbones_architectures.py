@@ -112,3 +112,33 @@ def test_smollm2_through_the_generic_path():
     assert theirs.spec.packs
     x = torch.randint(3, 1000, (1, 16))
     with torch.no_grad(): assert (ours.model(x, None, False) - theirs.model(x, None, False)).abs().max() < 1e-3
+
+
+def _bert_style_tokenizer(folder):
+    "A WordPiece tokenizer with BERT's conventions ([CLS], [SEP], [PAD], [MASK]; no EOS, no BOS), saved in `folder`."
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+    from transformers import BertTokenizerFast
+    words = 'the a of and to is it was film movie good bad great'.split()
+    pieces = dict.fromkeys(['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', *words, *"abcdefghijklmnopqrstuvwxyz.,!?'-",
+                            *(f'##{c}' for c in 'abcdefghijklmnopqrstuvwxyz')])   # 'a' is a word and a letter: one id
+    t = Tokenizer(models.WordPiece({p: i for i, p in enumerate(pieces)}, unk_token='[UNK]'))
+    t.normalizer, t.pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    BertTokenizerFast(tokenizer_object=t, unk_token='[UNK]', sep_token='[SEP]', pad_token='[PAD]', cls_token='[CLS]',
+                      mask_token='[MASK]').save_pretrained(str(folder))
+    return load_tokenizer(str(folder))
+
+
+def test_a_bert_with_its_own_tokenizer_fine_tunes_on_its_own_special_tokens(tmp_path):
+    "No EOS in BERT's vocabulary: [SEP] ends each input and [CLS] starts it ('bos_eos'), nothing is added past the embeddings."
+    from tiny import tiny_cfg
+    from mlmclm.finetuning.sweep import finetune_sweep
+    from mlmclm.results.store import read_rows
+    tok = _bert_style_tokenizer(tmp_path/'bert')
+    assert (tok.eos_token, tok.bos_token, tok.mlmclm_added_tokens) == ('[SEP]', '[CLS]', [])
+    folder = save_tiny_backbone('bert', tmp_path/'bert', tok)
+    check_tokenizer(tok, open_checkpoint(folder), 'bos_eos', mlm=True)
+    short = open_checkpoint(folder); short.model.hf.resize_token_embeddings(len(tok) - 1)   # its last word: past the rows
+    with pytest.raises(ConfigError, match=f"its tokenizer's ids go up to {len(tok) - 1}, past the model's {len(tok) - 1} embeddings"):
+        check_tokenizer(tok, short, 'bos_eos')
+    row, = read_rows(finetune_sweep(tiny_cfg(tmp_path, checkpoint=str(folder), special_tokens='bos_eos', feature_cache='off')))
+    assert (row['backbone_type'], row['packing_used'], row['attention_observed']) == ('bert', True, 'bidirectional')
