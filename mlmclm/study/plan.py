@@ -289,9 +289,8 @@ def body_params(size: str,   # a key of MODEL_SIZES, or the hub id of a model of
                ) -> int:
     "Parameters of the blocks and the final norm (what fine-tuning trains besides the embedding and a small head)."
     if size in MODEL_SIZES: return param_counts(size)['body']
-    if size not in OUTSIDE_MODELS:   # (defined with the `outside` preset, below)
-        raise ConfigError(f'size={size!r}: neither a size of {list(MODEL_SIZES)} nor a model of OUTSIDE_MODELS')
-    return OUTSIDE_MODELS[size].body_params
+    if size in OUTSIDE_MODELS: return OUTSIDE_MODELS[size].body_params   # (the `outside` preset's models, below)
+    raise ConfigError(f'size={size!r}: neither a size of {list(MODEL_SIZES)} nor a model of OUTSIDE_MODELS')
 
 # %% ../../nbs/study/00_plan.ipynb #d578d131
 def estimate(plan: StudyPlan, costs: Costs = Costs()):
@@ -570,12 +569,11 @@ OUTSIDE_MODELS = {m.name: m for m in [
 def outside_plan(models: tuple = tuple(OUTSIDE_MODELS),   # hub ids of OUTSIDE_MODELS
                  datasets: tuple = PAPER_TASKS, lrs: tuple = PAPER_LRS, seeds: tuple = PAPER_SEEDS) -> StudyPlan:
     "Fine-tune models from outside the study under the paper's protocol (its datasets, LRs and seeds); no pretraining."
-    unknown = [m for m in models if m not in OUTSIDE_MODELS]
-    if unknown: raise ConfigError(f'outside models {unknown} have no recorded shape; known: {list(OUTSIDE_MODELS)}')
+    if unknown := [m for m in models if m not in OUTSIDE_MODELS]:
+        raise ConfigError(f'outside models {unknown} have no recorded shape; known: {list(OUTSIDE_MODELS)}')
     evals = [EvalPoint(m, None, 0, tuple(datasets), source=m) for m in models]
     return StudyPlan('outside', {}, evals, tuple(lrs), tuple(seeds), outside={m: OUTSIDE_MODELS[m] for m in models},
-                     note=f"fine-tuning only: {len(models)} models from outside the paper's grid (Ettin's paired encoders "
-                          f"and decoders, ModernBERT), opened through transformers; their rows are marked outside_grid")
+                     note=f"fine-tuning only: {len(models)} models outside the paper's grid, through transformers; rows marked outside_grid")
 
 # %% ../../nbs/study/00_plan.ipynb #1b9ed9f6
 PRESETS = {'paper': paper_plan, 'paper-15120': lambda: paper_plan(intermediate='one-per-family'),
