@@ -67,7 +67,8 @@ def describe_place(place: pd.DataFrame, name: str, outside: bool) -> str:
 def evaluate_checkpoint(cfg: FinetuneConfig,   # `evaluate_config`'s
                        ) -> tuple[Path, pd.DataFrame, str]:   # the store, the checkpoint's place, the ranking in words
     "Fine-tune `cfg.checkpoint` on its datasets (what the store lacks), then rank every system of the store."
-    store = finetune_sweep(cfg)
+    finetune_sweep(cfg)
+    store = Path(cfg.results)   # `evaluate_config` names it
     ranks = rank_store(store, source='ours')
     ranks = ranks[(ranks[list(PROTOCOL_AXES)] == [getattr(cfg, a) for a in PROTOCOL_AXES]).all(axis=1)]   # its cell
     fams = family_ranks(ranks)

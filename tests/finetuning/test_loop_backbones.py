@@ -22,7 +22,8 @@ def folders(tmp_path_factory):
 @pytest.mark.parametrize('model_type', [m for m in TINY_ARCHITECTURES if m != 'llama'])
 def test_every_architecture_fine_tunes_through_the_sweep(model_type, folders, tmp_path):
     cfg = tiny_cfg(tmp_path, checkpoint=str(folders[model_type]), feature_cache='off', pooling='last')
-    rows = read_rows(finetune_sweep(cfg))
+    finetune_sweep(cfg)
+    rows = read_rows(cfg.results)
     assert len(rows) == 1
     r = rows[0]
     assert (r['backbone_type'], r['outside_grid'], r['packing'], r['packing_used'], r['attention_observed']) == \
@@ -33,10 +34,12 @@ def test_every_architecture_fine_tunes_through_the_sweep(model_type, folders, tm
 
 
 def test_our_own_checkpoints_stay_on_the_fast_path(folders, tmp_path):
-    rows = read_rows(finetune_sweep(tiny_cfg(tmp_path, checkpoint=str(folders['llama']), feature_cache='off')))
+    finetune_sweep(cfg := tiny_cfg(tmp_path, checkpoint=str(folders['llama']), feature_cache='off'))
+    rows = read_rows(cfg.results)
     assert (rows[0]['backbone'], rows[0]['attention_kernel']) == ('mlmclm.Transformer', 'mlmclm.model.transformer.reference_varlen (CPU)')
     assert rows[0]['outside_grid']   # a Llama from outside the study: our path, but not the paper's grid
-    control = read_rows(finetune_sweep(tiny_cfg(tmp_path/'c', feature_cache='off')))[0]
+    finetune_sweep(cfg := tiny_cfg(tmp_path/'c', feature_cache='off'))
+    control = read_rows(cfg.results)[0]
     assert (control['backbone'], control['outside_grid']) == ('mlmclm.Transformer', False)
 
 
@@ -61,7 +64,8 @@ def test_a_backbone_that_cannot_pack_pads_and_says_why(folders, tmp_path, monkey
     base, tok = ft._load_base(tiny_cfg(tmp_path, checkpoint=str(folders['bert'])))
     base.spec = BackboneSpec(**{**base.spec.__dict__, 'packs': False, 'packing_note': 'padded: BertModel says no'})
     monkeypatch.setattr(ft, '_load_base', lambda cfg: (base, tok))
-    r = read_rows(finetune_sweep(tiny_cfg(tmp_path, checkpoint=str(folders['bert']), feature_cache='off')))[0]
+    finetune_sweep(cfg := tiny_cfg(tmp_path, checkpoint=str(folders['bert']), feature_cache='off'))
+    r = read_rows(cfg.results)[0]
     assert (r['packing'], r['packing_used'], r['packing_note'], r['micro_batch_tokens']) == (True, False, 'padded: BertModel says no', None)
 
 
@@ -69,7 +73,8 @@ def test_a_retriever_from_outside_trains_and_exports(folders, tmp_path):
     "Retrieval (in-batch negatives) on a Gemma-3 decoder run bidirectionally, saved as a sentence-transformers folder."
     cfg = tiny_cfg(tmp_path, checkpoint=str(folders['gemma3_text']), tasks='corpus_retrieval', feature_cache='off',
                    save_retriever=str(tmp_path/'st'))
-    r = read_rows(finetune_sweep(cfg))[0]
+    finetune_sweep(cfg)
+    r = read_rows(cfg.results)[0]
     assert r['family'] == 'IR' and r['attention_observed'] == 'bidirectional'
     folder, = (tmp_path/'st').iterdir()
     from sentence_transformers import SentenceTransformer

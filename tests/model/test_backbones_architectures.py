@@ -140,5 +140,6 @@ def test_a_bert_with_its_own_tokenizer_fine_tunes_on_its_own_special_tokens(tmp_
     short = open_checkpoint(folder); short.model.hf.resize_token_embeddings(len(tok) - 1)   # its last word: past the rows
     with pytest.raises(ConfigError, match=f"its tokenizer's ids go up to {len(tok) - 1}, past the model's {len(tok) - 1} embeddings"):
         check_tokenizer(tok, short, 'bos_eos')
-    row, = read_rows(finetune_sweep(tiny_cfg(tmp_path, checkpoint=str(folder), special_tokens='bos_eos', feature_cache='off')))
+    finetune_sweep(cfg := tiny_cfg(tmp_path, checkpoint=str(folder), special_tokens='bos_eos', feature_cache='off'))
+    row, = read_rows(cfg.results)
     assert (row['backbone_type'], row['packing_used'], row['attention_observed']) == ('bert', True, 'bidirectional')
