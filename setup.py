@@ -35,7 +35,7 @@ setuptools.setup(
     include_package_data=True,
     package_data={cfg['lib_name']: ['assets/*', 'assets/**/*']},
     install_requires=req('requirements'),
-    extras_require={'dev': req('dev_requirements'), 'gpu': req('gpu_requirements')},
+    extras_require={'dev': req('dev_requirements'), 'gpu': req('gpu_requirements'), 'mteb': req('mteb_requirements')},
     python_requires='>=' + min_python,
     zip_safe=False,
     entry_points={'console_scripts': req('console_scripts'), 'nbdev': [f"{cfg['lib_path']}={cfg['lib_path']}._modidx:d"]},

@@ -22,6 +22,7 @@ COMMANDS = {
     'slurm': ('mlmclm.study.commands', ['slurm'], 'submit the fine-tuning grid (or the pretraining runs) to Slurm'),
     'figures': ('mlmclm.report.render', [], 'every figure and table from a results store'),
     'results': ('mlmclm.results.compaction', [], 'health or compact a results store; `results rank`: rank clusters per dataset'),
+    'evaluate': ('mlmclm.study.evaluate', [], "any checkpoint under the paper's protocol, and its place in the rank clusters (evaluate CHECKPOINT)"),
     'paper-runs': ('mlmclm.results.paper_runs', [], "import the authors' published runs into a results store"),
     'compare': ('mlmclm.results.compare', [], 'two result sets cell by cell: means, intervals, difference, verdict at a margin (compare A B)'),
     'bench': ('mlmclm.bench.smoke', [], "throughput against Hugging Face's Llama, or fine-tuning against transformers.Trainer"),

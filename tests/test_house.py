@@ -81,7 +81,7 @@ def test_light_modules_import_without_torch(module):
 def test_every_imported_package_is_declared():
     cfg = configparser.ConfigParser(delimiters=['='])
     cfg.read(ROOT/'settings.ini')
-    declared = {re.split(r'[<>=!\[;]', r)[0].lower() for key in ('requirements', 'gpu_requirements')
+    declared = {re.split(r'[<>=!\[;]', r)[0].lower() for key in ('requirements', 'gpu_requirements', 'mteb_requirements')
                 for r in cfg['DEFAULT'][key].split()}
     imported = set()
     for path in MODULES:

@@ -43,6 +43,11 @@ class RunContext:
     row_tokens: int | None = None  # packed: tokens per row (None: one row per forward pass)
     backend: str | None = None     # packed: the attention backend of the run's model (`packed_layout`)
     cache: Path | None = None      # folder of cached features (`feature_cache`); None: tokenize every time
+    packing: bool | None = None    # whether batches are packed: None, as `cfg.packing` asks; False where the model
+                                   # cannot pack (a backbone that pads, `mlmclm.model.backbones.check_packing`)
+
+    @property
+    def packs(self) -> bool: return self.cfg.packing if self.packing is None else self.packing   # the layout used
 
     def autocast(self):
         "bf16 autocast for both bf16 modes (the HF Trainer's `bf16: true` also autocasts bf16 weights); none in fp32."
@@ -68,7 +73,7 @@ def _per_example(out: torch.Tensor, batch: dict, chunk: list[dict], per_token: b
 # %% ../../nbs/finetuning/02_evaluation.ipynb #e3c8f1e5
 def _eval_groups(feats: list[dict], run: RunContext) -> list[list[int]]:
     "Indices of `feats` per forward pass: packed, longest first, within `run.tokens`; padded, 64 in order."
-    if not run.cfg.packing: return [list(range(i, min(i + 64, len(feats)))) for i in range(0, len(feats), 64)]
+    if not run.packs: return [list(range(i, min(i + 64, len(feats)))) for i in range(0, len(feats), 64)]
     order = sorted(range(len(feats)), key=lambda i: -len(feats[i]['input_ids']))
     return [[order[j] for j in mb.indices] for mb in micro_batches([feats[i] for i in order], max_tokens=run.tokens)]
 
@@ -79,7 +84,7 @@ def _example_outputs(model, feats: list[dict], run: RunContext) -> list:
     outs, pad_id = [None] * len(feats), run.tok.pad_token_id
     for group in _eval_groups(feats, run):
         chunk = [feats[i] for i in group]
-        b = to_device(collate_packed(chunk, pad_id, run.row_tokens) if run.cfg.packing else collate_padded(chunk, pad_id), run.device)
+        b = to_device(collate_packed(chunk, pad_id, run.row_tokens) if run.packs else collate_padded(chunk, pad_id), run.device)
         with run.autocast(): out = model(b['input_ids'], b['attention_mask'], b.get('document_ids'), layout=layout_of(b))
         parts = [_per_example(o.float().cpu(), b, chunk, not model.spec.pooled)
                  for o in (out if isinstance(out, tuple) else (out,))]

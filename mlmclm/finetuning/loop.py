@@ -8,6 +8,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
+import shutil
 import numpy as np
 import time
 import torch
@@ -21,7 +23,9 @@ from ..data.tokenizers import load_tokenizer
 from .batches import batch_backward
 from .evaluation import HeadKind, KINDS, RunContext, evaluate, head_kind
 from .features import feature_cache_dir, st_tokenizer
-from ..model.checkpoints import check_checkpoint, check_finite_weights, load, save
+from ..model.backbones import BackboneSpec, HFBody, check_tokenizer, open_checkpoint, resolve, revision, set_mode
+from ..model.checkpoints import RELEASE_OWNER, check_checkpoint, check_finite_weights, save
+from ..model.guard import check_attention
 from ..model.heads import TaskModel
 from ..model.memory import activation_bytes
 from ..model.sizes import (GIB, MODEL_SIZES, ModelConfig, memory_estimate, model_config, param_counts,
@@ -29,6 +33,7 @@ from ..model.sizes import (GIB, MODEL_SIZES, ModelConfig, memory_estimate, model
 from ..model.transformer import Transformer, build_model, compile_blocks, default_backend
 from ..protocol.finetuning import FINETUNE, FINETUNE_OPTIONS
 from ..protocol.paper import ADAMW
+from ..protocol.run_names import parse_run_name
 from ..protocol.runs import FinetuneConfig, finetune_grid, train_steps
 from ..results.store import check_store_path
 from ..tasks.registry import Task, resolve_tasks
@@ -36,8 +41,8 @@ from ..tasks.registry import Task, resolve_tasks
 # %% auto #0
 __all__ = ['CPU_TOKENS', 'MEMORY_MARGIN', 'ST_POOLING', 'check_finetune_config', 'resolve_precision', 'warmup_steps',
            'finetune_memory', 'token_budget', 'packed_layout', 'cap_eval', 'task_model', 'compiled', 'run_model',
-           'optimizer', 'optimizer_step', 'train_step', 'dataset_revision', 'finetune_run', 'save_sentence_transformer',
-           'base_model']
+           'optimizer', 'optimizer_step', 'train_step', 'dataset_revision', 'outside_grid', 'backbone_facts',
+           'finetune_run', 'save_sentence_transformer', 'base_model']
 
 # %% ../../nbs/finetuning/03_loop.ipynb #0ed99b09
 def check_finetune_config(cfg: FinetuneConfig) -> tuple[list[str], list[float], list[int]]:
@@ -122,15 +127,20 @@ def token_budget(device: torch.device,  # where the run trains
 def packed_layout(device: torch.device,  # where the run trains
                   max_length: int,       # the longest input of the run
                   precision: str,        # the run's resolved precision: 'fp32' computes in fp32, the bf16 modes in bf16
+                  backbone: BackboneSpec | None = None,   # a model from outside (`mlmclm.model.backbones`), or ours
                  ) -> tuple[str, int | None]:
-    "Attention backend and tokens per row of packed passes: ('flash', one row), or ('sdpa', rows of `max_length`)."
+    """Attention backend and tokens per row of packed passes: ('flash', one row), or ('sdpa', rows of `max_length`).
+    A transformers backbone packs through its own masks, blocked by document (`backbones.documents`): a mask per row,
+    so rows of `max_length`, in SDPA."""
+    if backbone is not None: return 'sdpa', max_length
     dtype = torch.float32 if precision == 'fp32' else torch.bfloat16   # the GPU's flash kernels take no fp32
     if device.type == 'cuda' and default_backend(device, dtype) != 'flash': return 'sdpa', max_length
     return 'flash', None
 
 # %% ../../nbs/finetuning/03_loop.ipynb #eef4dc57
 def _load_base(cfg: FinetuneConfig):
-    "The pretrained model and its tokenizer (the checkpoint's own when it has one)."
+    """The pretrained model and its tokenizer (the checkpoint's own when it has one). The model is our `Transformer`
+    where it runs the checkpoint, else a transformers `Backbone`: `backbones.open_checkpoint` decides, nothing here."""
     if cfg.checkpoint == 'tiny-random':
         tok = load_tokenizer('embedded')
         torch.manual_seed(0)   # the same random model every time: results stay reproducible
@@ -139,8 +149,10 @@ def _load_base(cfg: FinetuneConfig):
     folder = Path(cfg.checkpoint)
     if folder.is_dir():   # a pretraining checkpoint carries its tokenizer; an older one without it used the embedded BPE
         tok = load_tokenizer(str(folder) if (folder/'tokenizer_config.json').is_file() else 'embedded')
-    else: tok = load_tokenizer(cfg.checkpoint)   # a hub id: its own tokenizer
-    return load(cfg.checkpoint), tok
+    else: tok = load_tokenizer(str(resolve(cfg.checkpoint)))   # a hub id: its own tokenizer
+    base = open_checkpoint(cfg.checkpoint)
+    check_tokenizer(tok, base, cfg.special_tokens, name=cfg.checkpoint)   # before any run: its tokens fit the model
+    return base, tok
 
 # %% ../../nbs/finetuning/03_loop.ipynb #894ea81e
 def cap_eval(examples, n: int | None):
@@ -166,10 +178,13 @@ def compiled(run: RunContext) -> bool:
 # %% ../../nbs/finetuning/03_loop.ipynb #f7f3b6ad
 def run_model(base, kind: HeadKind, task: Task, run: RunContext) -> TaskModel:
     """The model `finetune_run` trains: `task_model` on the run's device, with its attention backend and number format,
-    its blocks compiled when `compiled(run)`."""
+    its attention mode checked by the guard (`mlmclm.model.guard`: what it observed is in `model.attention`), its
+    blocks compiled when `compiled(run)`."""
     model = task_model(base, kind, task, run.cfg).to(run.device)
     if run.backend: model.config.attn_backend = run.backend   # the copy's config: every layer of it reads this one
     if run.precision == 'pure_bf16': model.to(torch.bfloat16)   # before AdamW: its states follow the parameters' dtype
+    model.attention = check_attention(model.model, model.is_causal, run.packs, model.config.vocab_size, run.cfg.checkpoint,
+                                      run.autocast)   # as the run computes: kernel, layout, device, number format
     if compiled(run): compile_blocks(model, dynamic=True)   # packed passes vary in length: one graph for all of them
     return model
 
@@ -194,8 +209,8 @@ def train_step(model, kind: HeadKind, batch: list[dict], run: RunContext, opt, s
     """One optimizer step on one batch: its gradient accumulated micro-batch by micro-batch, then applied; its loss,
     a 0-d tensor on the run's device (reading it would make the host wait for the device: `_train` reads them in bulk)."""
     model.train()
-    loss = batch_backward(model, kind.head, batch, run.tok.pad_token_id, run.tokens if run.cfg.packing else None,
-                          run.cfg.micro_batch_size, run.cfg.packing, run.autocast, run.row_tokens)
+    loss = batch_backward(model, kind.head, batch, run.tok.pad_token_id, run.tokens if run.packs else None,
+                          run.cfg.micro_batch_size, run.packs, run.autocast, run.row_tokens)
     optimizer_step(model, opt, sched)
     return loss
 
@@ -239,7 +254,8 @@ def _result_rows(eval_tasks, val, test, run: RunContext, **facts) -> list[dict]:
     "One row per evaluated task: scores, per-example scores, second metrics, the protocol options and `facts`."
     # `precision` as asked (part of the run's identity), `precision_used` as it resolved on this device
     options = {k: getattr(run.cfg, k) for k in FINETUNE_OPTIONS} | dict(precision_used=run.precision, max_length=run.max_length,
-                                                                         packing=run.cfg.packing, micro_batch_tokens=run.tokens)
+                                                                         packing=run.cfg.packing, packing_used=run.packs,
+                                                                         micro_batch_tokens=run.tokens)
     rows = []
     for t, v, s in zip(eval_tasks, val, test):
         row = dict(dataset=t.name, family=t.family, val_score=v['score'], test_score=s['score'], **facts, **options)
@@ -250,13 +266,16 @@ def _result_rows(eval_tasks, val, test, run: RunContext, **facts) -> list[dict]:
 # %% ../../nbs/finetuning/03_loop.ipynb #0c528e50
 def _run_context(task: Task, tok, cfg: FinetuneConfig,
                  config: ModelConfig | None = None,   # the checkpoint's shape: what `token_budget` sizes a GPU's passes for
+                 backbone: BackboneSpec | None = None,   # a model from outside: it packs or pads as its `check_packing` says
                 ) -> RunContext:
     "The run's context: token limit, device, precision, packed budgets (see `token_budget`) and feature cache."
     device, max_length = pick_device(cfg.device), cfg.max_length or task.max_length
     precision = resolve_precision(cfg.precision, device)
-    backend, rows = packed_layout(device, max_length, precision) if cfg.packing else (None, None)
-    tokens = (cfg.micro_batch_tokens or token_budget(device, max_length, config, precision, backend)) if cfg.packing else None
-    return RunContext(tok, max_length, device, precision, cfg, tokens, rows, backend, feature_cache_dir(cfg, create=True))
+    packs = cfg.packing and (backbone is None or backbone.packs)
+    backend, rows = packed_layout(device, max_length, precision, backbone) if packs else (None, None)
+    tokens = (cfg.micro_batch_tokens or token_budget(device, max_length, config, precision, backend)) if packs else None
+    return RunContext(tok, max_length, device, precision, cfg, tokens, rows, backend, feature_cache_dir(cfg, create=True),
+                      packing=packs)
 
 # %% ../../nbs/finetuning/03_loop.ipynb #0362a148
 def dataset_revision(data: dict,       # task name -> its examples, with the `revision` it was loaded at (when known)
@@ -270,6 +289,26 @@ def dataset_revision(data: dict,       # task name -> its examples, with the `re
     other = data[train.name].get('revision')
     return None if own is None and other is None else f'{own};train {train.name}={other}'
 
+# %% ../../nbs/finetuning/03_loop.ipynb #2e551524
+def outside_grid(checkpoint: str) -> bool:
+    "Whether a checkpoint lies outside the paper's grid: not a released model, not one of our pretraining runs, not the control."
+    if checkpoint == 'tiny-random' or str(checkpoint).startswith(f'{RELEASE_OWNER}/'): return False
+    folder = Path(checkpoint)
+    if (folder/'mlmclm.json').is_file(): return False   # written by `pretrain` (or a merge of its checkpoints)
+    try: parse_run_name(folder.name); return False      # a released model kept in a folder of its name
+    except ValueError: return True
+
+
+def backbone_facts(base, checkpoint: str) -> dict:
+    "What a row records of the model it fine-tuned: `backbone` (architecture), `backbone_type`, `backbone_revision`, `outside_grid`."
+    spec = getattr(base, 'spec', None)
+    if spec is not None:
+        return dict(backbone=spec.architecture, backbone_type=spec.model_type, backbone_revision=spec.revision,
+                    packing_note=spec.packing_note, outside_grid=True)
+    rev = None if checkpoint == 'tiny-random' else revision(resolve(checkpoint))
+    return dict(backbone='mlmclm.Transformer', backbone_type='llama', backbone_revision=rev, packing_note='',
+                outside_grid=outside_grid(checkpoint))
+
 # %% ../../nbs/finetuning/03_loop.ipynb #ed75a419
 def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: float, seed: int,
                  cfg: FinetuneConfig,
@@ -277,7 +316,7 @@ def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: 
                 ) -> list[dict]:
     "Train on `task`'s training data, validate, test on each of `eval_tasks`; one result dict per evaluated task."
     t0, name = time.perf_counter(), head_kind(task, cfg)
-    kind, run = KINDS[name], _run_context(task, tok, cfg, base.config)
+    kind, run = KINDS[name], _run_context(task, tok, cfg, base.config, getattr(base, 'spec', None))
     seed_everything(seed)
     model = run_model(base, kind, task, run)
     train = data[task.name]['train']
@@ -288,7 +327,8 @@ def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: 
     opt, sched = optimizer(model, lr, steps, warmup, run.device)
     kept = _train(model, kind, feats, steps, opt, sched, seed, run, eval_tasks, data, [] if losses is None else losses)
     val, test = (_scores(eval_tasks, model, data, s, run) for s in ('validation', 'test'))
-    rows = _result_rows(eval_tasks, val, test, run, steps=steps, warmup_steps=warmup, **kept)
+    rows = _result_rows(eval_tasks, val, test, run, steps=steps, warmup_steps=warmup, **kept, **model.attention,
+                        **backbone_facts(base, cfg.checkpoint))
     for r, t in zip(rows, eval_tasks): r.update(wall_time_s=round(time.perf_counter() - t0, 2), dataset_revision=dataset_revision(data, task, t))
     if cfg.save_retriever and kind.module.embeds:
         save_sentence_transformer(model, tok, Path(cfg.save_retriever)/f'{task.name}-lr{lr:g}-sd{seed}', run.max_length,
@@ -298,23 +338,44 @@ def finetune_run(task: Task, eval_tasks: list[Task], data: dict, base, tok, lr: 
 # %% ../../nbs/finetuning/03_loop.ipynb #772a5541
 ST_POOLING = {'mean': 'pooling_mode_mean_tokens', 'last': 'pooling_mode_lasttoken', 'first': 'pooling_mode_cls_token'}
 
-def save_sentence_transformer(model: TaskModel, tok, folder: str | Path,
-                              max_length: int = FINETUNE.max_length,   # `max_seq_length` of the saved model (tokens)
-                              special_tokens: str = 'eos',             # the inputs' special tokens (`wrap`)
-                             ) -> Path:
-    "Save an embedding `TaskModel` as a SentenceTransformer folder (Llama layout, bidirectional, the model's pooling)."
-    folder = Path(folder)
+
+def _save_backbone_body(body: HFBody, folder: Path, tok) -> None:
+    "A transformers body as its own checkpoint, bidirectional (its config says so), each file replaced atomically."
+    tmp = folder.with_name(f'.{folder.name}.tmp-{os.getpid()}')
+    shutil.rmtree(tmp, ignore_errors=True)
+    set_mode(body.hf.config, False); body.hf.config.is_causal = False   # what AutoModel then opens: bidirectional
+    body.hf.save_pretrained(str(tmp)); tok.save_pretrained(str(tmp))
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in tmp.iterdir(): os.replace(f, folder/f.name)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+# %% ../../nbs/finetuning/03_loop.ipynb #43fb7da6
+def _save_transformer_body(model: TaskModel, folder: Path, tok) -> None:
+    "Our body as a Llama checkpoint in bidirectional mode, without the LM head an encoder does not need."
     base = Transformer(dataclasses.replace(model.config, is_causal=False))
     base.model.load_state_dict(model.model.state_dict())
-    save(base, folder, tokenizer=st_tokenizer(tok, special_tokens), is_causal=False)
+    save(base, folder, tokenizer=tok, is_causal=False)
     from safetensors.torch import load_file, save_file
     body = {k: v for k, v in load_file(str(folder/'model.safetensors')).items() if not k.startswith('lm_head.')}
     with atomic_path(folder/'model.safetensors') as tmp:   # an encoder needs no LM head
         save_file(body, str(tmp), metadata={'format': 'pt'})
+
+# %% ../../nbs/finetuning/03_loop.ipynb #1afdd4d4
+def save_sentence_transformer(model: TaskModel, tok, folder: str | Path,
+                              max_length: int = FINETUNE.max_length,   # `max_seq_length` of the saved model (tokens)
+                              special_tokens: str = 'eos',             # the inputs' special tokens (`wrap`)
+                             ) -> Path:
+    "Save an embedding `TaskModel` as a SentenceTransformer folder (its body bidirectional, the model's pooling)."
+    folder, tok = Path(folder), st_tokenizer(tok, special_tokens)
+    if isinstance(model.model, HFBody): _save_backbone_body(model.model, folder, tok)   # a model from outside: its own layout
+    else: _save_transformer_body(model, folder, tok)                                   # ours: the Llama layout
     atomic_write_json(folder/'modules.json', [
         dict(idx=0, name='0', path='', type='sentence_transformers.models.Transformer'),
         dict(idx=1, name='1', path='1_Pooling', type='sentence_transformers.models.Pooling')])
     atomic_write_json(folder/'sentence_bert_config.json', dict(max_seq_length=max_length, do_lower_case=False))
+    # the authors' retrieval inputs as named prompts: `encode(texts, prompt_name='query')`, and MTEB's query/document
+    atomic_write_json(folder/'config_sentence_transformers.json', dict(prompts={'query': 'Query: ', 'document': 'Document: '},
+                                                                       default_prompt_name=None, similarity_fn_name='cosine'))
     pooling = getattr(model, 'pooling', 'mean')
     atomic_write_json(folder/'1_Pooling'/'config.json', dict(word_embedding_dimension=model.config.hidden_size,
                                                               **{m: m == ST_POOLING[pooling] for m in ST_POOLING.values()},

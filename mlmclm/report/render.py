@@ -23,12 +23,13 @@ from ..results.aggregation import (DEFAULT_SELECTION, FAMILY_SCORE_COLUMNS, SELE
                                         check_one_cell, family_scores, lr_curve, protocol_cell, protocol_cells,
                                         seed_family_scores)
 from ..results.paper_runs import paper_rows, reported_scores
+from ..results.ranking import OUTSIDE_MARK
 from ..results.store import RESULT_COLUMNS, read_results, tidy_results
 
 # %% auto #0
-__all__ = ['split_control', 'study_scores', 'control_scores', 'draw_control', 'save_figure', 'draw_figures', 'collect_cpt_loss',
-           'unigram_entropy', 'corpus_unigram_entropy', 'collect_pretrain_loss', 'render_all', 'one_source',
-           'drawn_rows', 'cell_choice', 'drawable', 'main']
+__all__ = ['split_control', 'study_scores', 'control_scores', 'draw_control', 'split_outside', 'draw_outside', 'save_figure',
+           'draw_figures', 'collect_cpt_loss', 'unigram_entropy', 'corpus_unigram_entropy', 'collect_pretrain_loss',
+           'render_all', 'one_source', 'drawn_rows', 'cell_choice', 'drawable', 'main']
 
 # %% ../../nbs/report/02_render.ipynb #b6f8c2e1
 def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -68,6 +69,26 @@ def draw_control(fig, control: pd.DataFrame) -> int:
         lo, hi = ax.get_ylim()
         ax.set_ylim(max(0, min(lo, c.ci_low - 2)), min(100, max(hi, c.ci_high + 2)))   # a percentage: within 0-100
         drawn += 1
+    return drawn
+
+# %% ../../nbs/report/02_render.ipynb #c717cec4
+def split_outside(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    "(the rows of the paper's grid, the rows marked `outside_grid`)."
+    marked = results['outside_grid'].eq(True) if 'outside_grid' in results else pd.Series(False, index=results.index)
+    return results[~marked], results[marked]
+
+
+def draw_outside(fig, outside: pd.DataFrame,   # family scores (percent) of the outside models (`family_scores` x 100)
+                ) -> int:
+    "A dashed, named line per outside model across each family panel of a score figure; returns lines drawn."
+    if outside.empty or not fig.axes or fig.axes[0].get_ylabel() != 'score (%)': return 0
+    colors, drawn = dict(zip(sorted(set(outside.checkpoint)), plt.get_cmap('tab10').colors[4:] * 9)), 0
+    for ax in fig.axes:
+        for r in outside[outside.family == ax.get_title()].itertuples():
+            ax.axhline(r.score, color=colors[r.checkpoint], ls='--', lw=1.0, zorder=1)
+            ax.text(0.01, r.score, f'{r.checkpoint}{OUTSIDE_MARK}', transform=ax.get_yaxis_transform(), ha='left',
+                    va='bottom', fontsize=5.5, color=colors[r.checkpoint])
+            drawn += 1
     return drawn
 
 # %% ../../nbs/report/02_render.ipynb #b6f8c2e2
@@ -162,6 +183,8 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
     demo, scale = scale == 'demo', scale_text
     results, control = split_control(results)   # the control is a reference line, not an experiment's point
     control = control_scores(control, selection)
+    results, outside = split_outside(results)   # outside the paper's grid: named lines beside its models
+    outside = control_scores(outside, selection)   # per checkpoint and family
     every = paper_rows(results)          # the paper's datasets only (no `qed`)
     paper = protocol_cell(every)         # the paper's fine-tuning protocol; other cells: the protocol figure
     per_dataset = aggregate(paper, selection=selection)
@@ -172,7 +195,7 @@ def render_all(results: pd.DataFrame,         # the results store (one row per f
                                 cpt_loss=cpt_loss, flops_per_step=flops_per_step, gaps=gaps))   # the rows of `FIGURES`
     files = []
     for name, fig in figures.items():
-        draw_control(fig, control)
+        draw_control(fig, control); draw_outside(fig, outside)
         files += save_figure(fig, out, name)
     tables = out/'tables'
     files += _our_tables(paper, scores, ref, control, tables, scale, selection)
@@ -246,7 +269,8 @@ def drawable(results: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     name places itself; any other name by the pretraining record its rows carry (`recorded_meta`)."""
     bad = []
     for name in results.checkpoint_name.astype(str).unique():
-        if name == CONTROL or is_released_name(name): continue
+        if name == CONTROL or is_released_name(name) or results[results.checkpoint_name.astype(str) == name].get(
+                'outside_grid', pd.Series(dtype=object)).eq(True).any(): continue   # outside the grid: a named line
         if recorded_meta(name, results) is None: bad.append(name)
     return results[~results.checkpoint_name.astype(str).isin(bad)], sorted(bad)
 

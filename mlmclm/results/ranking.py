@@ -30,10 +30,11 @@ from .aggregation import (DEFAULT_SELECTION, SELECTIONS, bootstrap_intervals, di
 from .store import load_results, scan_examples, with_cells
 
 # %% auto #0
-__all__ = ['H2H_COLUMNS', 'RANK_COLUMNS', 'UNPAIRED', 'GROUP', 'DATASET_RANK_COLUMNS', 'FAMILY_RANK_COLUMNS', 'RC', 'RankConfig',
-           'bootstrap_resample', 'head_to_heads', 'beats', 'rank_clusters', 'rank_systems', 'segment_scores',
-           'sources_and_cells', 'dataset_ranks', 'family_ranks', 'one_group', 'fig_ranking', 'save_figure',
-           'rank_store', 'whose', 'group_title', 'describe_ranks', 'figure_name', 'write_ranking', 'main']
+__all__ = ['H2H_COLUMNS', 'RANK_COLUMNS', 'OUTSIDE_MARK', 'UNPAIRED', 'GROUP', 'DATASET_RANK_COLUMNS', 'FAMILY_RANK_COLUMNS',
+           'RC', 'RankConfig', 'bootstrap_resample', 'head_to_heads', 'beats', 'rank_clusters', 'rank_systems',
+           'segment_scores', 'sources_and_cells', 'dataset_ranks', 'family_ranks', 'one_group', 'fig_ranking',
+           'save_figure', 'rank_store', 'whose', 'group_title', 'describe_ranks', 'figure_name', 'write_ranking',
+           'main']
 
 # %% ../../nbs/results/04_ranking.ipynb #ec5474a5
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ def rank_systems(seg: pd.DataFrame,                # (examples, systems): per-ex
                         columns=RANK_COLUMNS)
 
 # %% ../../nbs/results/04_ranking.ipynb #8db70f37
+OUTSIDE_MARK = ' †'   # after the name of a model outside the paper's grid (rows with `outside_grid`), in text and figures
 UNPAIRED = {('authors', 'nq'): "the authors' NQ test halves are drawn unseeded in every run (protocol.md, section 2): "
                                 'its examples pair neither across seeds nor across models'}
 
@@ -144,7 +146,7 @@ def segment_scores(selected: pd.DataFrame,  # `select_lr`'s rows of one dataset 
 GROUP = ['source', *PROTOCOL_AXES, 'cell']   # what is ranked apart: who ran it, the protocol cell, the other settings
 DATASET_RANK_COLUMNS = [*GROUP, 'family', 'dataset', 'checkpoint', 'rank', 'score', 'ci_low', 'ci_high',
                         'boot_low', 'boot_high', 'gap', 'gap_low', 'gap_high', 'n_seeds', 'n_examples', 'n_systems',
-                        'n_clusters', 'note']
+                        'n_clusters', 'note', 'outside_grid']
 
 
 def sources_and_cells(results: pd.DataFrame) -> list[tuple[str, dict, str, pd.DataFrame]]:
@@ -183,17 +185,19 @@ def _rank_dataset(sel: pd.DataFrame, examples: dict, config: RankConfig, unpaire
     per_seed = {ck: g.test_score.to_numpy(float) for ck, g in sel.groupby('checkpoint_name')}
     top = ranked.index[0] if len(ranked) else None
     shared = dict(n_systems=seg.shape[1], n_clusters=int(ranked['rank'].max()) if len(ranked) else 0)
+    outside = set(sel.checkpoint_name[sel['outside_grid'].eq(True)]) if 'outside_grid' in sel else set()   # issue 46: marked
     rows = []
     for ck, scores in per_seed.items():
         m, lo, hi = t_interval(scores)
         gap = diff_interval(per_seed[top], scores) if top is not None and ck != top else (np.nan,) * 3
         rows.append(dict(checkpoint=ck, rank=ranked['rank'].get(ck, np.nan), score=m, ci_low=lo, ci_high=hi,
                          gap=gap[0], gap_low=gap[1], gap_high=gap[2], n_seeds=seeds.get(ck, 0), n_examples=len(seg) if ck in seg else 0,
-                         **shared, note=why.get(ck, ''), _cell=sel.cell[sel.checkpoint_name == ck].iloc[0]))
+                         **shared, note=why.get(ck, ''), _cell=sel.cell[sel.checkpoint_name == ck].iloc[0],
+                         outside_grid=ck in outside))
     for (ck, cell, local), g in apart.groupby(['checkpoint_name', 'cell', 'local']):
         m, lo, hi = t_interval(g.test_score)
         rows.append(dict(checkpoint=ck, rank=np.nan, score=m, ci_low=lo, ci_high=hi, gap=np.nan, gap_low=np.nan, gap_high=np.nan,
-                         n_seeds=0, n_examples=0, **shared, _cell=cell,
+                         n_seeds=0, n_examples=0, **shared, _cell=cell, outside_grid=ck in outside,
                          note=f'fine-tuned with {local} where the systems ranked here have {chosen}: never paired with them'))
     return sorted(rows, key=lambda r: (np.isnan(r['rank']), r['rank'] if r['rank'] == r['rank'] else 0, -r['score'], r['checkpoint']))
 
@@ -268,7 +272,7 @@ def _panel(ax, g: pd.DataFrame, colors) -> None:
                     fmt='o', color=c, ecolor='black', elinewidth=0.8, capsize=2, ms=5, zorder=3)
         ax.text(1.01, i, f'#{int(r.rank)}' if r.rank == r.rank else '–', transform=ax.get_yaxis_transform(),
                 va='center', fontsize=7, color=c)
-    ax.set_yticks(y); ax.set_yticklabels(g.checkpoint, fontsize=7); ax.set_ylim(len(g) - 0.5, -0.5)
+    ax.set_yticks(y); ax.set_yticklabels(g.checkpoint + g.outside_grid.eq(True).map({True: OUTSIDE_MARK, False: ''}), fontsize=7); ax.set_ylim(len(g) - 0.5, -0.5)
     ax.set_title(f'{g.family.iloc[0]} · {g.dataset.iloc[0]}' + (' (not ranked: see the table)' if g['rank'].isna().all() else ''))
 
 # %% ../../nbs/results/04_ranking.ipynb #440be083
@@ -335,19 +339,20 @@ def group_title(key: tuple) -> str:
 # %% ../../nbs/results/04_ranking.ipynb #e4a0f004
 def describe_ranks(ranks: pd.DataFrame, fams: pd.DataFrame) -> str:
     "The clusters of every dataset (scores in percent) and the family ranks, as text."
-    lines = []
+    lines, marked = [], set(ranks.checkpoint[ranks.outside_grid.eq(True)])
     for key, g in ranks.groupby(GROUP, sort=False):
         title = group_title(key)
         lines.append(f'{title[0].upper()}{title[1:]}:')
         for ds, d in g.groupby('dataset', sort=False):
-            clusters = ' | '.join(f'#{int(k)} ' + ', '.join(f'{c.checkpoint} {c.score * 100:.2f}' for c in c_.itertuples())
+            clusters = ' | '.join(f'#{int(k)} ' + ', '.join(f'{c.checkpoint}{OUTSIDE_MARK * bool(c.outside_grid)} {c.score * 100:.2f}' for c in c_.itertuples())
                                   for k, c_ in d.dropna(subset=['rank']).groupby('rank'))
             left = '; '.join(', '.join(n.checkpoint) + f': {note}' for note, n in d[d['rank'].isna()].groupby('note', sort=False))
             lines.append(f'  {d.family.iloc[0]} {ds}: {clusters or "nothing ranked"}' + (f' (not ranked: {left})' if left else ''))
         f = fams.merge(pd.DataFrame([key], columns=GROUP))
         for fam, h in f.groupby('family', sort=False):
-            lines.append(f'  {fam} family: ' + ', '.join(f'#{c.family_rank} {c.checkpoint} (mean rank {c.mean_rank:.2f} '
+            lines.append(f'  {fam} family: ' + ', '.join(f'#{c.family_rank} {c.checkpoint}{OUTSIDE_MARK * (c.checkpoint in marked)} (mean rank {c.mean_rank:.2f} '
                                                          f'over {c.n_datasets})' for c in h.itertuples()))
+    if ranks.outside_grid.eq(True).any(): lines.append(f"{OUTSIDE_MARK} outside the paper's grid (a model of another study)")
     return '\n'.join(lines)
 
 # %% ../../nbs/results/04_ranking.ipynb #3632235e

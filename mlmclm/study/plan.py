@@ -26,13 +26,13 @@ from ..tasks.registry import EXAMPLE_TEXTS, TASKS
 
 # %% auto #0
 __all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERMEDIATE', 'ABLATION_CHECKPOINTS', 'PROTOCOL_GRID',
-           'MERGE_WEIGHTS', 'CPT_START', 'PRESETS', 'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan',
-           'intermediate_datasets', 'paper_plan', 'Costs', 'run_flops', 'task_of', 'dataset_family',
-           'finetune_examples', 'finetune_flops_by_size', 'finetune_flops', 'body_params', 'estimate',
-           'shipped_examples', 'finetune_steps', 'run_tokens', 'select', 'demo_experiments', 'demo_plan',
+           'MERGE_WEIGHTS', 'CPT_START', 'ETTIN_SHAPES', 'OUTSIDE_MODELS', 'PRESETS', 'PlannedRun', 'EvalPoint',
+           'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets', 'paper_plan', 'Costs', 'run_flops',
+           'task_of', 'dataset_family', 'finetune_examples', 'finetune_flops_by_size', 'finetune_flops', 'body_params',
+           'estimate', 'shipped_examples', 'finetune_steps', 'run_tokens', 'select', 'demo_experiments', 'demo_plan',
            'protocol_ablation_plan', 'precision_ablation_plan', 'Merge', 'merge_name', 'merging_plan', 'merge_dir',
-           'point_checkpoint', 'checkpoint_dir', 'pretrain_params', 'cpt_objectives_plan', 'get_plan', 'point_runs',
-           'finetune_jobs']
+           'point_checkpoint', 'checkpoint_dir', 'pretrain_params', 'cpt_objectives_plan', 'OutsideModel',
+           'outside_plan', 'get_plan', 'point_runs', 'finetune_jobs']
 
 # %% ../../nbs/study/00_plan.ipynb #59d3ae7e
 @dataclass
@@ -109,11 +109,13 @@ class StudyPlan:
     finetune_overrides: dict = field(default_factory=dict)   # further `FinetuneConfig` values of every point
     note: str = ''                  # printed by `describe` (e.g. how to get a cheaper variant)
     merges: dict = field(default_factory=dict)   # name -> `Merge`: checkpoints the plan makes before their use
+    outside: dict = field(default_factory=dict)  # name -> `OutsideModel`: models from outside the paper's grid
 
     def experiments_of(self, e: EvalPoint) -> set:
-        "The experiments that evaluate `e` (a checkpoint from outside the study: 'control', 'merging' or 'fine-tuning only')."
+        "The experiments that evaluate `e` (a checkpoint from outside the study: 'control', 'merging', 'outside' or 'fine-tuning only')."
         if e.run is not None: return self.runs[e.run].experiments
         if e.recorded_name in self.merges: return {'merging'}
+        if e.recorded_name in self.outside: return {'outside'}
         return {'control' if e.recorded_name == CONTROL else 'fine-tuning only'}
 
     @property
@@ -246,9 +248,10 @@ def dataset_family(dataset: str) -> str: return task_of(dataset).family
 
 # %% ../../nbs/study/00_plan.ipynb #b8e7e62a
 def _eval_size(plan: StudyPlan, e: EvalPoint) -> str:
-    "The model size of an evaluation point: its run's, or the one its released name states."
+    "The model size of an evaluation point: its run's, the one its released name states, or an outside model's hub id."
     if e.run is not None: return plan.runs[e.run].spec.size
     if e.recorded_name in plan.merges: return plan.merges[e.recorded_name].size
+    if e.recorded_name in plan.outside: return e.recorded_name   # a model from outside: its hub id (`body_params` knows it)
     return 'tiny' if e.recorded_name == CONTROL else parse_run_name(e.recorded_name).size
 
 # %% ../../nbs/study/00_plan.ipynb #f0e88c28
@@ -273,7 +276,8 @@ def finetune_flops_by_size(plan: StudyPlan, costs: Costs = Costs()) -> dict[str,
         for t in sorted(trainings):
             flops = 6 * body_params(size) * run_tokens(plan, t, costs) * len(plan.lrs) * len(plan.seeds)
             total[size] = total.get(size, 0.0) + flops
-    return {s: total[s] for s in sorted(total, key=SIZE_ORDER.index)}
+    return {s: total[s] for s in sorted(total, key=lambda s: (s not in SIZE_ORDER, SIZE_ORDER.index(s) if s in SIZE_ORDER
+                                                                else body_params(s)))}   # outside models after, by size
 
 # %% ../../nbs/study/00_plan.ipynb #9fe1a82f
 def finetune_flops(plan: StudyPlan, costs: Costs = Costs()) -> float:
@@ -281,9 +285,12 @@ def finetune_flops(plan: StudyPlan, costs: Costs = Costs()) -> float:
     return sum(finetune_flops_by_size(plan, costs).values())
 
 # %% ../../nbs/study/00_plan.ipynb #74e8040e
-def body_params(size: str) -> int:
+def body_params(size: str,   # a key of MODEL_SIZES, or the hub id of a model of OUTSIDE_MODELS
+               ) -> int:
     "Parameters of the blocks and the final norm (what fine-tuning trains besides the embedding and a small head)."
-    return param_counts(size)['body']
+    if size in MODEL_SIZES: return param_counts(size)['body']
+    if size in OUTSIDE_MODELS: return OUTSIDE_MODELS[size].body_params   # (the `outside` preset's models, below)
+    raise ConfigError(f'size={size!r}: neither a size of {list(MODEL_SIZES)} nor a model of OUTSIDE_MODELS')
 
 # %% ../../nbs/study/00_plan.ipynb #d578d131
 def estimate(plan: StudyPlan, costs: Costs = Costs()):
@@ -528,11 +535,52 @@ def cpt_objectives_plan(start: tuple = CPT_START,          # (released name, hub
     plan.evals.insert(0, EvalPoint(name, None, spec.total_steps, tuple(datasets), source=source))
     return plan
 
+# %% ../../nbs/study/00_plan.ipynb #46ca56ba
+@dataclass(frozen=True)
+class OutsideModel:
+    "A model from outside the study that a plan fine-tunes: its hub id, and its shape with where the shape is written."
+    name: str           # its hub id: the checkpoint and the name in the results
+    kind: str           # 'encoder' (MLM) or 'decoder' (CLM)
+    layers: int
+    hidden: int
+    intermediate: int   # the GLU's inner width
+    heads: int
+    source: str         # where these numbers come from
+    vocab: int = 50368  # ModernBERT's tokenizer (Ettin's too)
+
+    @property
+    def body_params(self) -> int:
+        "ModernBERT's body: per layer 4 H^2 (QKV, output) + 3 H I (GLU) + 2 H (two LayerNorms, no biases), + H (embedding norm)."
+        h, i = self.hidden, self.intermediate
+        return self.layers * (4 * h * h + 3 * h * i + 2 * h) + h
+
+# %% ../../nbs/study/00_plan.ipynb #c4d3fb27
+_ETTIN = 'github.com/JHU-CLSP/ettin-encoder-vs-decoder (commit 6cbf954): README "Model Architecture" and pretraining/configs/standard/<size>/'
+_MODERNBERT = 'huggingface.co/answerdotai/ModernBERT-{}/config.json; the shapes of Ettin\'s {} configs'
+ETTIN_SHAPES = {'17m': (7, 256, 384, 4), '32m': (10, 384, 576, 6), '68m': (19, 512, 768, 8), '150m': (22, 768, 1152, 12),
+                '400m': (28, 1024, 2624, 16), '1b': (28, 1792, 3840, 28)}   # layers, hidden, intermediate, heads
+OUTSIDE_MODELS = {m.name: m for m in [
+    *(OutsideModel(f'jhu-clsp/ettin-{kind}-{size}', kind, *shape, source=_ETTIN)
+      for kind in ('encoder', 'decoder') for size, shape in ETTIN_SHAPES.items()),
+    OutsideModel('answerdotai/ModernBERT-base', 'encoder', 22, 768, 1152, 12, source=_MODERNBERT.format('base', '150m (base)')),
+    OutsideModel('answerdotai/ModernBERT-large', 'encoder', 28, 1024, 2624, 16, source=_MODERNBERT.format('large', '400m (large)'))]}
+
+
+def outside_plan(models: tuple = tuple(OUTSIDE_MODELS),   # hub ids of OUTSIDE_MODELS
+                 datasets: tuple = PAPER_TASKS, lrs: tuple = PAPER_LRS, seeds: tuple = PAPER_SEEDS) -> StudyPlan:
+    "Fine-tune models from outside the study under the paper's protocol (its datasets, LRs and seeds); no pretraining."
+    if unknown := [m for m in models if m not in OUTSIDE_MODELS]:
+        raise ConfigError(f'outside models {unknown} have no recorded shape; known: {list(OUTSIDE_MODELS)}')
+    evals = [EvalPoint(m, None, 0, tuple(datasets), source=m) for m in models]
+    return StudyPlan('outside', {}, evals, tuple(lrs), tuple(seeds), outside={m: OUTSIDE_MODELS[m] for m in models},
+                     note=f"fine-tuning only: {len(models)} models outside the paper's grid, through transformers; rows marked outside_grid")
+
 # %% ../../nbs/study/00_plan.ipynb #1b9ed9f6
 PRESETS = {'paper': paper_plan, 'paper-15120': lambda: paper_plan(intermediate='one-per-family'),
            'paper+appendix': lambda: paper_plan(appendix=True),
            'protocol-ablation': protocol_ablation_plan,
            'precision-ablation': precision_ablation_plan, 'merging': merging_plan, 'cpt-objectives': cpt_objectives_plan,
+           'outside': outside_plan,
            'demo': demo_plan}
 
 def get_plan(preset: str) -> StudyPlan:

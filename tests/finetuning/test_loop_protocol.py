@@ -15,7 +15,8 @@ from mlmclm.protocol.finetuning import FINETUNE_OPTIONS
 # every key a result row of `finetune_run` carries, whatever the family (others, e.g. `test_entity_f1`, depend on it)
 ROW_KEYS = {'dataset', 'family', 'val_score', 'test_score', 'val_scores_i', 'test_scores_i', 'steps', 'warmup_steps',
             'wall_time_s', 'max_length', 'packing', 'micro_batch_tokens', 'precision_used', 'dataset_revision',
-            *FINETUNE_OPTIONS}
+            *FINETUNE_OPTIONS, 'packing_used', 'packing_note', 'backbone', 'backbone_type', 'backbone_revision', 'outside_grid',
+            'attention_kernel', 'attention_observed', 'probe_s'}   # issue 46: the backbone, its packing and the guard's probe
 SECOND_METRICS = {'SC': set(), 'TC': {'sentence_f1', 'entity_f1'}, 'QA': {'token_f1', 'squad_f1', 'exact_match'},
                   'IR': {'ndcg_encodeval', 'ndcg_at_10'}}
 TASKS_BY_FAMILY = dict(SC='rt_sentiment', TC='tweet_ner', QA='corpus_cloze', IR='corpus_retrieval')
