@@ -178,6 +178,22 @@ def _bench_checkpoint(checkpoint: str | None, size: str | None, scratch: Path) -
     if tok.pad_token is None: tok.pad_token = tok.eos_token   # the authors' rule: no PAD, pad with EOS
     return folder, tok
 
+# %% ../../nbs/bench/01_finetune_speed.ipynb #b007bfa3
+def _finetune_result(task, model, sides, times, cpu, examples, steps, reps, settings) -> dict:
+    "One row per side; ratios to the first side (the Trainer), `ratio` for the last (ours packed)."
+    rows = []
+    base, cpu_base = statistics.median(times[sides[0].name]), statistics.median(cpu[sides[0].name])
+    for s in sides:
+        t, c = times[s.name], cpu[s.name]
+        rows.append(dict(side=s.name, step_s=statistics.median(t), step_s_min=min(t), step_s_max=max(t),
+                         cpu_step_s=statistics.median(c), cpu_step_s_min=min(c), cpu_step_s_max=max(c),
+                         examples_per_s=FT_BATCH / statistics.median(t), **computed_tokens(examples, s)))
+        rows[-1].update(padding_waste=rows[-1]['computed_tokens'] / rows[-1]['real_tokens'] - 1,
+                        ratio=base / rows[-1]['step_s'], cpu_ratio=cpu_base / rows[-1]['cpu_step_s'])
+    paired = [b / o for b, o in zip(times[sides[0].name], times[sides[-1].name])]   # run r of each, close in time
+    return dict(task=task, model=model, steps=steps, reps=reps, batch_size=FT_BATCH, sides=rows, **settings,
+                ratio=rows[-1]['ratio'], ratio_min=min(paired), ratio_max=max(paired), cpu_ratio=rows[-1]['cpu_ratio'])
+
 # %% ../../nbs/bench/01_finetune_speed.ipynb #9782eca8
 def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classification task
                        checkpoint: str | None = None,  # a model folder; None (and no size): SmolLM2-135M
@@ -221,19 +237,3 @@ def finetune_benchmark(task: str = 'rt_sentiment',     # a sequence-classificati
                             dict(device=device_name(dev), bf16=bf16, attn_backend=backend, lr=lr, warmup=warmup,
                                  max_tokens=sides[-1].max_tokens, row_tokens=sides[-1].row_tokens,
                                  packed_backend=sides[-1].attn_backend or backend, body_params=n_body))
-
-# %% ../../nbs/bench/01_finetune_speed.ipynb #b007bfa3
-def _finetune_result(task, model, sides, times, cpu, examples, steps, reps, settings) -> dict:
-    "One row per side; ratios to the first side (the Trainer), `ratio` for the last (ours packed)."
-    rows = []
-    base, cpu_base = statistics.median(times[sides[0].name]), statistics.median(cpu[sides[0].name])
-    for s in sides:
-        t, c = times[s.name], cpu[s.name]
-        rows.append(dict(side=s.name, step_s=statistics.median(t), step_s_min=min(t), step_s_max=max(t),
-                         cpu_step_s=statistics.median(c), cpu_step_s_min=min(c), cpu_step_s_max=max(c),
-                         examples_per_s=FT_BATCH / statistics.median(t), **computed_tokens(examples, s)))
-        rows[-1].update(padding_waste=rows[-1]['computed_tokens'] / rows[-1]['real_tokens'] - 1,
-                        ratio=base / rows[-1]['step_s'], cpu_ratio=cpu_base / rows[-1]['cpu_step_s'])
-    paired = [b / o for b, o in zip(times[sides[0].name], times[sides[-1].name])]   # run r of each, close in time
-    return dict(task=task, model=model, steps=steps, reps=reps, batch_size=FT_BATCH, sides=rows, **settings,
-                ratio=rows[-1]['ratio'], ratio_min=min(paired), ratio_max=max(paired), cpu_ratio=rows[-1]['cpu_ratio'])

@@ -81,6 +81,20 @@ def make_batches(cfg,                    # the model config (its vocabulary boun
     steps = step_batches(rows, [phase], range(n), batch_size, 1, 1, 0, info, (1.0, 0.0, 0.0), seed)
     return [micro for (micro,) in steps]
 
+# %% ../../nbs/bench/00_throughput.ipynb #d23d1124
+def _no_documents(batch: dict,
+                  flash: bool = False,  # the 'flash' backend: each row one document instead of no document ids
+                 ) -> dict:
+    """`batch` without document masking: attention over each whole row. With the 'flash' backend each row becomes one
+    document (ids 0, the layout one document per row): the same attention and the same kernel call as without document
+    ids, but the RoPE tables `(B, T, d)` as with documents, so both benchmark sides run one compiled graph (without
+    documents `Body` builds one `(1, T, d)` row for the batch, a second graph to compile)."""
+    if not flash: return {**batch, 'document_ids': None}
+    ids = batch['input_ids']
+    B, T = ids.shape
+    return {**batch, 'document_ids': torch.zeros_like(ids), 'max_seqlen': T,
+            'cu_seqlens': torch.arange(0, B * T + 1, T, dtype=torch.int32, device=ids.device)}
+
 # %% ../../nbs/bench/00_throughput.ipynb #30185abd
 def hf_model(cfg,              # our `ModelConfig`
              objective: str,   # a key of `mlmclm.protocol.schedules.OBJECTIVES` (its attention: causal or bidirectional)
@@ -100,20 +114,6 @@ def hf_loss(model, batch: dict) -> torch.Tensor:
     logits = model(batch['input_ids']).logits                                  # (B, T, V) dense
     return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE)
 
-# %% ../../nbs/bench/00_throughput.ipynb #d23d1124
-def _no_documents(batch: dict,
-                  flash: bool = False,  # the 'flash' backend: each row one document instead of no document ids
-                 ) -> dict:
-    """`batch` without document masking: attention over each whole row. With the 'flash' backend each row becomes one
-    document (ids 0, the layout one document per row): the same attention and the same kernel call as without document
-    ids, but the RoPE tables `(B, T, d)` as with documents, so both benchmark sides run one compiled graph (without
-    documents `Body` builds one `(1, T, d)` row for the batch, a second graph to compile)."""
-    if not flash: return {**batch, 'document_ids': None}
-    ids = batch['input_ids']
-    B, T = ids.shape
-    return {**batch, 'document_ids': torch.zeros_like(ids), 'max_seqlen': T,
-            'cu_seqlens': torch.arange(0, B * T + 1, T, dtype=torch.int32, device=ids.device)}
-
 # %% ../../nbs/bench/00_throughput.ipynb #0c3c32a4
 def bench_loss(model, batch: dict,
                sparse_head: bool = True,  # MLM: LM head only at masked positions
@@ -122,20 +122,6 @@ def bench_loss(model, batch: dict,
               ) -> torch.Tensor:
     "The trainer's loss (`mlmclm.pretraining.objectives.lm_loss`): what the benchmark times is exactly what the trainer runs."
     return lm_loss(model, batch, sparse_head, ce_chunk, head_loss)[0]
-
-# %% ../../nbs/bench/00_throughput.ipynb #8aed3f09
-def ce_peak_memory(tokens: int = 2048,   # positions in the loss
-                   vocab: int = LLAMA3_VOCAB_SIZE,  # vocabulary (the paper's)
-                   hidden: int = 512,    # model width
-                   chunk: int = 0,       # 0: plain `F.cross_entropy` on full logits; else `chunked_cross_entropy`
-                   device: str = 'cpu',  # 'cpu' (a fresh subprocess, peak-RSS rise) or 'cuda' (allocator peak)
-                  ) -> float:            # MiB above the memory held before the loss
-    "Peak memory of the LM head + cross-entropy forward and backward, plain or chunked."
-    if device == 'cpu':
-        code = f'from mlmclm.bench.throughput import _ce_probe; print(_ce_probe({tokens}, {vocab}, {hidden}, {chunk}))'
-        out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, timeout=300)
-        return float(out.stdout.strip().splitlines()[-1])
-    return _ce_probe(tokens, vocab, hidden, chunk, device)
 
 # %% ../../nbs/bench/00_throughput.ipynb #68e6f536
 def _ce_probe(tokens, vocab, hidden, chunk, device='cpu'):
@@ -151,6 +137,20 @@ def _ce_probe(tokens, vocab, hidden, chunk, device='cpu'):
     loss.backward()
     if device == 'cpu': return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before
     torch.cuda.synchronize(); return torch.cuda.max_memory_allocated() / 2**20 - before
+
+# %% ../../nbs/bench/00_throughput.ipynb #8aed3f09
+def ce_peak_memory(tokens: int = 2048,   # positions in the loss
+                   vocab: int = LLAMA3_VOCAB_SIZE,  # vocabulary (the paper's)
+                   hidden: int = 512,    # model width
+                   chunk: int = 0,       # 0: plain `F.cross_entropy` on full logits; else `chunked_cross_entropy`
+                   device: str = 'cpu',  # 'cpu' (a fresh subprocess, peak-RSS rise) or 'cuda' (allocator peak)
+                  ) -> float:            # MiB above the memory held before the loss
+    "Peak memory of the LM head + cross-entropy forward and backward, plain or chunked."
+    if device == 'cpu':
+        code = f'from mlmclm.bench.throughput import _ce_probe; print(_ce_probe({tokens}, {vocab}, {hidden}, {chunk}))'
+        out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True, timeout=300)
+        return float(out.stdout.strip().splitlines()[-1])
+    return _ce_probe(tokens, vocab, hidden, chunk, device)
 
 # %% ../../nbs/bench/00_throughput.ipynb #2a419209
 def dynamo_counts() -> dict:
@@ -235,14 +235,6 @@ def time_sides(sides: list[Side],   # the contestants; the last is the baseline 
                            ratio_min=min(paired), ratio_max=max(paired))
     return out
 
-# %% ../../nbs/bench/00_throughput.ipynb #e0950696
-def fast_defaults(device) -> dict:
-    "The fast path's options on `device`: everything on a CUDA GPU, nothing but the sparse head on CPU."
-    cuda = torch.device(device).type == 'cuda'
-    bf16 = cuda and torch.cuda.is_bf16_supported()
-    return dict(bf16=bf16, fused=cuda, compile=cuda, attn_backend=default_backend(device, compute_dtype(bf16)),
-                sparse_head=True, ce_chunk=0, grad_ckpt=False, head_loss='plain')
-
 # %% ../../nbs/bench/00_throughput.ipynb #b78f4b6b
 def _resolve_options(dev, options: dict) -> dict:
     "The device's fast path with `options` applied; the attention backend follows the compute dtype (fp32: SDPA)."
@@ -255,6 +247,14 @@ def _resolve_options(dev, options: dict) -> dict:
         raise ConfigError("attn_backend='flash' needs bf16 (the GPU kernels take fp16/bf16 only); with bf16=False use 'sdpa'")
     if opts['head_loss'] not in HEAD_LOSSES: raise ConfigError(f"head_loss={opts['head_loss']!r}; choose one of {list(HEAD_LOSSES)}")
     return opts
+
+# %% ../../nbs/bench/00_throughput.ipynb #e0950696
+def fast_defaults(device) -> dict:
+    "The fast path's options on `device`: everything on a CUDA GPU, nothing but the sparse head on CPU."
+    cuda = torch.device(device).type == 'cuda'
+    bf16 = cuda and torch.cuda.is_bf16_supported()
+    return dict(bf16=bf16, fused=cuda, compile=cuda, attn_backend=default_backend(device, compute_dtype(bf16)),
+                sparse_head=True, ce_chunk=0, grad_ckpt=False, head_loss='plain')
 
 # %% ../../nbs/bench/00_throughput.ipynb #f7ebcd53
 def _our_side(name: str, cfg, opts: dict, batches, dev, documents: bool = False, sparse_head: bool | None = None) -> Side:
@@ -343,15 +343,6 @@ def benchmark(size: str = 'tiny',          # one of `BENCH_SIZES`
                 flop_convention=FLOP_CONVENTION, attention=attention_kernel(opts['attn_backend'], dev),
                 eager_fallback=any(r['recompile_limit_hits'] for r in rows))
 
-# %% ../../nbs/bench/00_throughput.ipynb #1fb35661
-def pipeline_headroom(trainer_tokens_per_s: float,  # what the trainer consumes
-                      seq_len: int = 256,           # tokens per row
-                      n_rows: int = 200,            # rows to produce for the measurement
-                     ) -> dict:
-    "Tokenize + pack tokens/s of the embedded corpus against the trainer's consumption."
-    tps = pipeline_throughput('embedded', None, seq_len=seq_len, n_rows=n_rows)
-    return dict(pipeline_tokens_per_s=tps, trainer_tokens_per_s=trainer_tokens_per_s, headroom=tps / trainer_tokens_per_s)
-
 # %% ../../nbs/bench/00_throughput.ipynb #333984d6
 def _examples(batch_size, seq_len, n, seed=0):
     "`n` padded batches of held-out documents: input_ids, attention_mask (B, T) and random binary labels (B,)."
@@ -365,6 +356,15 @@ def _examples(batch_size, seq_len, n, seed=0):
         for j, t in enumerate(group): x[j, :len(t)] = torch.from_numpy(t); mask[j, :len(t)] = 1
         out.append(dict(input_ids=x, attention_mask=mask, labels=torch.randint(0, 2, (batch_size,), generator=g)))
     return out
+
+# %% ../../nbs/bench/00_throughput.ipynb #1fb35661
+def pipeline_headroom(trainer_tokens_per_s: float,  # what the trainer consumes
+                      seq_len: int = 256,           # tokens per row
+                      n_rows: int = 200,            # rows to produce for the measurement
+                     ) -> dict:
+    "Tokenize + pack tokens/s of the embedded corpus against the trainer's consumption."
+    tps = pipeline_throughput('embedded', None, seq_len=seq_len, n_rows=n_rows)
+    return dict(pipeline_tokens_per_s=tps, trainer_tokens_per_s=trainer_tokens_per_s, headroom=tps / trainer_tokens_per_s)
 
 # %% ../../nbs/bench/00_throughput.ipynb #31387854
 def finetune_throughput(size: str = 'tiny', batch_size: int = 16, seq_len: int = 128, steps: int = 3, reps: int = 3,

@@ -27,17 +27,10 @@ from ..data.token_store import TokenStore
 from ..protocol.schedules import Phase
 
 # %% auto #0
-__all__ = ['COMPLETE', 'STATE_MANIFEST', 'STATE_CHECKSUMS', 'atomic_dir', 'recover_swaps', 'state_folder', 'TrainState',
-           'write_state', 'owner_writes_only', 'save_training_state', 'load_training_state', 'StateError', 'seal_state',
-           'trusted_uids', 'check_state_owner', 'check_state', 'check_same_store', 'trained_spans',
-           'check_same_schedule']
-
-# %% ../../nbs/pretraining/01_train_state.ipynb #311535f0
-COMPLETE = '.complete'   # the last file `atomic_dir` writes into a folder: the copy is whole
-STATE_MANIFEST = 'checksums.json'   # the last file of a training state: bytes and SHA-256 of every other file
-
-def _everyone(run) -> None:
-    if run is not None: run.acc.wait_for_everyone()
+__all__ = ['COMPLETE', 'STATE_MANIFEST', 'STATE_CHECKSUMS', 'atomic_dir', 'state_folder', 'recover_swaps', 'TrainState',
+           'owner_writes_only', 'StateError', 'seal_state', 'trusted_uids', 'check_state_owner', 'check_state',
+           'check_same_store', 'trained_spans', 'check_same_schedule', 'write_state', 'save_training_state',
+           'load_training_state']
 
 # %% ../../nbs/pretraining/01_train_state.ipynb #256d9c93
 def _write_mark(path: Path, text: str) -> None:
@@ -46,6 +39,13 @@ def _write_mark(path: Path, text: str) -> None:
     try: os.write(fd, text.encode())
     finally: os.close(fd)
     os.chmod(path, stat.S_IMODE(os.stat(path).st_mode) & ~0o022)
+
+# %% ../../nbs/pretraining/01_train_state.ipynb #311535f0
+COMPLETE = '.complete'   # the last file `atomic_dir` writes into a folder: the copy is whole
+STATE_MANIFEST = 'checksums.json'   # the last file of a training state: bytes and SHA-256 of every other file
+
+def _everyone(run) -> None:
+    if run is not None: run.acc.wait_for_everyone()
 
 # %% ../../nbs/pretraining/01_train_state.ipynb #31baed4d
 def _sync_tree(folder: Path) -> None:
@@ -90,6 +90,13 @@ def _write_failed(final: Path, tmp: Path, error: BaseException) -> OSError | Non
     return full_disk_error(final, tmp, error, 'run again (or point out_dir elsewhere): it resumes from the last state saved',
                            FULL_DISK_BYTES)
 
+# %% ../../nbs/pretraining/01_train_state.ipynb #7377dcd1
+def state_folder(path: str | Path) -> Path | None:
+    "`path` if it holds a training state (or what is left of one), its `state/` if it is a checkpoint that carries one, else None."
+    for p in (Path(path), Path(path)/'state'):
+        if any((p/name).is_file() for name in (STATE_MANIFEST, 'trainer.pt', '.metadata', 'state.pt')): return p
+    return None
+
 # %% ../../nbs/pretraining/01_train_state.ipynb #b317ac1d
 def recover_swaps(parent: Path) -> list[str]:
     "Repair what a killed `atomic_dir` left in `parent`: a missing folder gets its newest complete copy back; leftovers go. One line per repair."
@@ -111,13 +118,6 @@ def recover_swaps(parent: Path) -> list[str]:
             if p.exists(): shutil.rmtree(p, ignore_errors=True)
     return notes
 
-# %% ../../nbs/pretraining/01_train_state.ipynb #7377dcd1
-def state_folder(path: str | Path) -> Path | None:
-    "`path` if it holds a training state (or what is left of one), its `state/` if it is a checkpoint that carries one, else None."
-    for p in (Path(path), Path(path)/'state'):
-        if any((p/name).is_file() for name in (STATE_MANIFEST, 'trainer.pt', '.metadata', 'state.pt')): return p
-    return None
-
 # %% ../../nbs/pretraining/01_train_state.ipynb #e1a0000b
 @dataclass
 class TrainState:
@@ -136,26 +136,6 @@ def _quiet_dcp():
     with warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='.*torch.distributed is disabled.*')
         yield
-
-# %% ../../nbs/pretraining/01_train_state.ipynb #d3059c68
-def write_state(run, state, folder: Path) -> None:
-    "Every process: its shards of weights and optimizer (DCP); the main process: `trainer.pt` (schedule, step, RNG, data position, phases), then the checksums; every file writable by its owner alone."
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-    if run.is_main: folder.mkdir(parents=True, exist_ok=True)
-    _everyone(run)
-    with _quiet_dcp():
-        model_sd, optim_sd = get_state_dict(run.model, _optimizer(run.optimizer))
-        dcp.save(dict(model=model_sd, optim=optim_sd), checkpoint_id=str(folder))   # collective: every shard is written
-    hashed = _everyones(run, _hash_files(_shards_of(folder, run.acc.process_index)))   # each its own, at once
-    if run.is_main:
-        extra = dict(tokens_seen=state.tokens_seen, run_id=run.run_id, data_offset=run.data_offset,
-                     store_id=run.store.store_id, processes=run.acc.num_processes, sharding=run.sharding,
-                     phases=[dataclasses.asdict(p) for p in run.phases])   # what its steps trained (`check_same_schedule`)
-        torch.save(dict(scheduler=run.scheduler.state_dict(), step=state.step, torch_rng=torch.get_rng_state(),
-                        extra=json.dumps(extra)), folder/'trainer.pt')
-        _seal_written(folder, {k: v for table in hashed for k, v in table.items()})
-        owner_writes_only(folder)   # whatever the umask: a state others may write is refused at resume
 
 # %% ../../nbs/pretraining/01_train_state.ipynb #d0072785
 def _everyones(run, value) -> list:
@@ -182,23 +162,6 @@ def owner_writes_only(folder: Path) -> None:
         if stat.S_ISLNK(st.st_mode) or not st.st_mode & 0o022: continue
         try: os.chmod(p, stat.S_IMODE(st.st_mode) & ~0o022)
         except PermissionError: pass   # another user's file: `check_state_owner` names it at resume
-
-# %% ../../nbs/pretraining/01_train_state.ipynb #30f18c42
-def save_training_state(run, state) -> Path:
-    "The run's full state into `state/`, atomically (every process calls it)."
-    return atomic_dir(run.state_dir, lambda tmp: write_state(run, state, tmp), run)
-
-# %% ../../nbs/pretraining/01_train_state.ipynb #248cc865
-def load_training_state(run, folder: Path):
-    """Check the state `folder`, then restore weights, Adam's moments, the schedule's step and the RNG into the prepared
-    run (every process), under this run's own optimizer settings; returns `(TrainState, extra)`."""
-    folder = Path(folder)
-    check_state_owner(folder, run.cfg.trust_state_from)   # before anything in it is read
-    check_state(folder, run)                 # before anything in it is unpickled; the processes share the hashing
-    settings = _optimizer_settings(run)      # the config's, before the state's replace them
-    state, extra = (_load_legacy_state if (folder/'state.pt').is_file() else _load_dcp_state)(run, folder)
-    _apply_optimizer_settings(run, settings)
-    return state, extra
 
 # %% ../../nbs/pretraining/01_train_state.ipynb #3b2e1349
 def _optimizer_settings(run) -> tuple[list[dict], list]:
@@ -275,15 +238,6 @@ def _state_files(folder: Path) -> dict[str, Path]:
     "Every file under a state folder but its checksums and `.complete` mark, by its path relative to the folder."
     files = {p.relative_to(folder).as_posix(): p for p in sorted(Path(folder).rglob('*')) if p.is_file()}
     return {k: p for k, p in files.items() if k not in (STATE_MANIFEST, COMPLETE)}
-
-# %% ../../nbs/pretraining/01_train_state.ipynb #4163d1b5
-def seal_state(folder: str | Path  # a training-state folder whose files are as they were written
-              ) -> Path:
-    "Write `checksums.json` (bytes and SHA-256 of every other file) into `folder`, atomically; by hand only for a state you trust."
-    folder = Path(folder)
-    if problem := _unsealable(folder): raise StateError(f'seal-state refuses {folder}: {problem}')
-    files = {k: dict(bytes=p.stat().st_size, sha256=_sha256(p)) for k, p in _state_files(folder).items()}
-    return atomic_write_json(folder/STATE_MANIFEST, dict(format=STATE_CHECKSUMS, files=files))
 
 # %% ../../nbs/pretraining/01_train_state.ipynb #402ed453
 def _seal_written(folder: Path, hashed: dict) -> Path:
@@ -366,6 +320,15 @@ def _unsealable(folder: Path) -> str | None:
                 f"trust them, delete {folder/STATE_MANIFEST} first")
     return None
 
+# %% ../../nbs/pretraining/01_train_state.ipynb #4163d1b5
+def seal_state(folder: str | Path  # a training-state folder whose files are as they were written
+              ) -> Path:
+    "Write `checksums.json` (bytes and SHA-256 of every other file) into `folder`, atomically; by hand only for a state you trust."
+    folder = Path(folder)
+    if problem := _unsealable(folder): raise StateError(f'seal-state refuses {folder}: {problem}')
+    files = {k: dict(bytes=p.stat().st_size, sha256=_sha256(p)) for k, p in _state_files(folder).items()}
+    return atomic_write_json(folder/STATE_MANIFEST, dict(format=STATE_CHECKSUMS, files=files))
+
 # %% ../../nbs/pretraining/01_train_state.ipynb #8d47fe0a
 def _user(uid: int) -> str:
     "The name of user `uid` (its number, where this system has no name for it)."
@@ -439,6 +402,16 @@ def check_state(folder: str | Path,  # a training-state folder
         raise StateError(f'the training state {folder} cannot be resumed: {problem}. Nothing was read from it. '
                          f'{_resume_instead(folder)}')
 
+# %% ../../nbs/pretraining/01_train_state.ipynb #bad5bdfc
+def _recorded_store(folder: Path, store_id: str) -> str:
+    "Where store `store_id`, read by the state `folder`, lies, as its run's records say (a checkpoint's `mlmclm.json`, the run's `run.json`)."
+    for record in (folder.parent/'mlmclm.json', folder.parent/'run.json', folder.parent.parent.parent/'run.json'):
+        try: data = read_json(record).get('data') or {}
+        except (OSError, ValueError, AttributeError): continue
+        if data.get('store_id') == store_id and data.get('store'):
+            return f"folder {data['store']}" + ('' if Path(data['store']).is_dir() else ', no longer there')
+    return 'its folder is not recorded'
+
 # %% ../../nbs/pretraining/01_train_state.ipynb #e1a00008
 def check_same_store(store: TokenStore,  # the store this run opened
                      folder: Path,        # the training state it resumes
@@ -454,16 +427,6 @@ def check_same_store(store: TokenStore,  # the store this run opened
                      f"Nothing was read from it. To continue it, give it the store it read (data= that store's folder, with "
                      f"on_config_change='resume_anyway' for its own run id); to train on the new data, start a new run "
                      f"(another run_id)")
-
-# %% ../../nbs/pretraining/01_train_state.ipynb #bad5bdfc
-def _recorded_store(folder: Path, store_id: str) -> str:
-    "Where store `store_id`, read by the state `folder`, lies, as its run's records say (a checkpoint's `mlmclm.json`, the run's `run.json`)."
-    for record in (folder.parent/'mlmclm.json', folder.parent/'run.json', folder.parent.parent.parent/'run.json'):
-        try: data = read_json(record).get('data') or {}
-        except (OSError, ValueError, AttributeError): continue
-        if data.get('store_id') == store_id and data.get('store'):
-            return f"folder {data['store']}" + ('' if Path(data['store']).is_dir() else ', no longer there')
-    return 'its folder is not recorded'
 
 # %% ../../nbs/pretraining/01_train_state.ipynb #f543c7f8
 def trained_spans(phases: list[Phase], step: int) -> list[tuple]:
@@ -516,3 +479,40 @@ def check_same_schedule(run,          # the prepared run that resumes (its phase
                      f"trained. No weights were read. Give a schedule that agrees with the state's up to step {step:,} "
                      f"(a moving mask ratio with its phase's whole length), or accept the difference with "
                      f"on_config_change='resume_anyway'")
+
+# %% ../../nbs/pretraining/01_train_state.ipynb #d3059c68
+def write_state(run, state, folder: Path) -> None:
+    "Every process: its shards of weights and optimizer (DCP); the main process: `trainer.pt` (schedule, step, RNG, data position, phases), then the checksums; every file writable by its owner alone."
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    if run.is_main: folder.mkdir(parents=True, exist_ok=True)
+    _everyone(run)
+    with _quiet_dcp():
+        model_sd, optim_sd = get_state_dict(run.model, _optimizer(run.optimizer))
+        dcp.save(dict(model=model_sd, optim=optim_sd), checkpoint_id=str(folder))   # collective: every shard is written
+    hashed = _everyones(run, _hash_files(_shards_of(folder, run.acc.process_index)))   # each its own, at once
+    if run.is_main:
+        extra = dict(tokens_seen=state.tokens_seen, run_id=run.run_id, data_offset=run.data_offset,
+                     store_id=run.store.store_id, processes=run.acc.num_processes, sharding=run.sharding,
+                     phases=[dataclasses.asdict(p) for p in run.phases])   # what its steps trained (`check_same_schedule`)
+        torch.save(dict(scheduler=run.scheduler.state_dict(), step=state.step, torch_rng=torch.get_rng_state(),
+                        extra=json.dumps(extra)), folder/'trainer.pt')
+        _seal_written(folder, {k: v for table in hashed for k, v in table.items()})
+        owner_writes_only(folder)   # whatever the umask: a state others may write is refused at resume
+
+# %% ../../nbs/pretraining/01_train_state.ipynb #30f18c42
+def save_training_state(run, state) -> Path:
+    "The run's full state into `state/`, atomically (every process calls it)."
+    return atomic_dir(run.state_dir, lambda tmp: write_state(run, state, tmp), run)
+
+# %% ../../nbs/pretraining/01_train_state.ipynb #248cc865
+def load_training_state(run, folder: Path):
+    """Check the state `folder`, then restore weights, Adam's moments, the schedule's step and the RNG into the prepared
+    run (every process), under this run's own optimizer settings; returns `(TrainState, extra)`."""
+    folder = Path(folder)
+    check_state_owner(folder, run.cfg.trust_state_from)   # before anything in it is read
+    check_state(folder, run)                 # before anything in it is unpickled; the processes share the hashing
+    settings = _optimizer_settings(run)      # the config's, before the state's replace them
+    state, extra = (_load_legacy_state if (folder/'state.pt').is_file() else _load_dcp_state)(run, folder)
+    _apply_optimizer_settings(run, settings)
+    return state, extra
