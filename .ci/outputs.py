@@ -22,6 +22,11 @@ MAX_TEXT = 6_000        # characters of text output per cell
 MAX_IMAGE = 400_000     # base64 characters of one image
 
 
+def _rel(path: Path, root: Path = ROOT) -> str:
+    "`path` relative to `root` where it lies inside it (a notebook outside the repository keeps its full path)."
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
 def _tagged(cell) -> bool: return TAG in cell.get('metadata', {}).get('tags', [])
 
 
@@ -42,7 +47,7 @@ def problems(path: Path) -> list[str]:
         if cell['cell_type'] != 'code': continue
         outputs = cell.get('outputs', [])
         head = cell['source'][0].strip() if cell['source'] else ''
-        where = f'{path.relative_to(ROOT)} cell {i} ({head[:40]!r})'
+        where = f'{_rel(path)} cell {i} ({head[:40]!r})'
         if outputs and not _tagged(cell): out.append(f'{where}: has outputs but is not tagged {TAG!r}')
         if _tagged(cell) and not outputs: out.append(f'{where}: tagged {TAG!r} but has no saved output (run refresh)')
         for o in outputs:
@@ -106,7 +111,7 @@ def differences(path: Path, ran) -> list[str]:
         a, b = [_comparable(o) for o in cell.get('outputs', [])], [_comparable(dict(o)) for o in fresh.get('outputs', [])]
         if a == b: continue
         first = next((f'{x}' [:160] + ' -> ' + f'{y}'[:160] for x, y in zip(a, b) if x != y), f'{len(a)} outputs saved, {len(b)} now')
-        out.append(f'{path.relative_to(ROOT)} cell {i} ({"".join(cell["source"][:1]).strip()[:40]!r}): saved output differs '
+        out.append(f'{_rel(path)} cell {i} ({"".join(cell["source"][:1]).strip()[:40]!r}): saved output differs '
                    f'from a fresh run: {first}')
     return out
 
@@ -131,8 +136,8 @@ def test(paths: list[Path], workers: int = 2) -> int:
     failed = [p for p, (ok, _, _) in zip(paths, results) if not ok]
     stale = [d for _, _, diffs in results for d in diffs]
     for d in stale: print('FAIL:', d)
-    for p in failed: print('FAIL: an error in', p.relative_to(ROOT))
-    for p, (_, t, _) in sorted(zip(paths, results), key=lambda x: -x[1][1])[:8]: print(f'{p.relative_to(NBS)}: {int(t)} secs')
+    for p in failed: print('FAIL: an error in', _rel(p))
+    for p, (_, t, _) in sorted(zip(paths, results), key=lambda x: -x[1][1])[:8]: print(f'{_rel(p, NBS)}: {int(t)} secs')
     print(f'notebooks: {len(paths) - len(failed)} of {len(paths)} ran; {sum(map(_count_shown, paths))} shown outputs, '
           f'{len(stale)} differ from a fresh run' + (' (run `.ci/outputs.py refresh` on the notebook if the change is right)' if stale else ''))
     return 1 if failed or stale else 0

@@ -28,15 +28,21 @@ def test_the_timed_wrapper_records_minutes_load_and_the_commands_exit_status(tmp
 
 def test_the_test_command_times_itself_and_prints_a_line_per_notebook(tmp_path):
     script = (ROOT/'.ci'/'test').read_text()
-    assert 'python3 .ci/timed.py test -- bash .ci/test' in script and 'nbdev_test --n_workers 2 --timing --do_print' in script
+    assert 'python3 .ci/timed.py test -- bash .ci/test' in script and 'python .ci/outputs.py test' in script
+    assert 'nbdev_test' not in script.split('python .ci/outputs.py test')[1]   # the notebooks run once
     assert 'python3 .ci/timed.py demo -- bash .ci/demo' in (ROOT/'.ci'/'demo').read_text()
-    for name in ('a', 'b'):   # what --do_print shows, through a pipe, as each notebook ends
-        nb = dict(cells=[dict(cell_type='code', id='c0', metadata={}, execution_count=None, outputs=[], source=['assert 1 + 1 == 2'])],
-                  metadata={}, nbformat=4, nbformat_minor=5)
+    shown = dict(cell_type='code', id='c1', metadata=dict(tags=['show']), execution_count=None, source=['print(6 * 7)'],
+                 outputs=[dict(output_type='stream', name='stdout', text=['42\n'])])
+    for name in ('a', 'b'):   # what it prints, through a pipe, as each notebook ends
+        nb = dict(cells=[dict(cell_type='code', id='c0', metadata={}, execution_count=None, outputs=[], source=['assert 1 + 1 == 2']),
+                         shown], metadata={}, nbformat=4, nbformat_minor=5)
         (tmp_path/f'{name}.ipynb').write_text(json.dumps(nb))
-    nbdev_test = Path(sys.executable).parent/'nbdev_test'
-    if not nbdev_test.is_file(): pytest.skip('nbdev_test is not installed beside this Python')
-    r = subprocess.run([str(nbdev_test), '--path', str(tmp_path), '--n_workers', '2', '--timing', '--do_print'], cwd=ROOT,
-                       capture_output=True, text=True, env=dict(os.environ, PYTHONUNBUFFERED='1'), timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.count('- Completed') == 2 and 'a.ipynb: ' in r.stdout
+    run = lambda: subprocess.run([sys.executable, str(ROOT/'.ci'/'outputs.py'), 'test', str(tmp_path/'a.ipynb'), str(tmp_path/'b.ipynb')],
+                                 cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, PYTHONUNBUFFERED='1'), timeout=300)
+    r = run()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count('- Completed') == 2 and 'a.ipynb: ' in r.stdout and '0 differ from a fresh run' in r.stdout
+    shown['outputs'][0]['text'] = ['41\n']   # a saved output the code no longer gives fails the command, naming the cell
+    (tmp_path/'b.ipynb').write_text(json.dumps(dict(cells=[shown], metadata={}, nbformat=4, nbformat_minor=5)))
+    r = run()
+    assert r.returncode == 1 and 'b.ipynb cell 0' in r.stdout and 'saved output differs from a fresh run' in r.stdout, r.stdout

@@ -213,13 +213,24 @@ MAX_UNSHOWN_RUN = 6   # exported cells in a row before a cell that shows them wo
 
 
 def _exported_runs(nb: Path) -> list[int]:
-    "Lengths of `nb`'s runs of consecutive exported cells (nothing but exported cells between them)."
+    "Lengths of `nb`'s runs of exported cells with no other code cell between them (prose demonstrates nothing)."
     runs, cur = [], 0
     for c in json.loads(nb.read_text(encoding='utf-8'))['cells']:
+        if c['cell_type'] != 'code': continue
         exported = c['cell_type'] == 'code' and re.match(r'\s*#\|\s*export', ''.join(c['source']))
         if exported: cur += 1
         elif cur: runs.append(cur); cur = 0
     return runs + ([cur] if cur else [])
+
+
+def test_only_a_code_cell_demonstrates():
+    "Markdown between two exported cells is no demonstration: the run goes on; a code cell ends it (issue 43 item 5)."
+    export, md, demo = (dict(cell_type='code', source=['#| export\n', 'x = 1']), dict(cell_type='markdown', source=['Why.']),
+                        dict(cell_type='code', source=['x']))
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d)/'99_x.ipynb'
+        path.write_text(json.dumps({'cells': [export, md, export, demo, export, md]}), encoding='utf-8')
+        assert _exported_runs(path) == [2, 1]
 
 
 @pytest.mark.parametrize('nb', NOTEBOOKS)
