@@ -132,7 +132,9 @@ def _test_one(path: Path) -> tuple[bool, float, list[str]]:
 def test(paths: list[Path], workers: int = 2) -> int:
     "Run every notebook (like `nbdev_test --n_workers 2`), then compare the `show` outputs; 1 on any failure."
     from concurrent.futures import ProcessPoolExecutor
-    with ProcessPoolExecutor(workers) as pool: results = list(pool.map(_test_one, paths))
+    # a fresh process per notebook, as nbdev_test runs them: one notebook's settings (pandas' display options,
+    # matplotlib's rcParams, a library's progress bars) must not change the next one's outputs
+    with ProcessPoolExecutor(workers, max_tasks_per_child=1) as pool: results = list(pool.map(_test_one, paths))
     failed = [p for p, (ok, _, _) in zip(paths, results) if not ok]
     stale = [d for _, _, diffs in results for d in diffs]
     for d in stale: print('FAIL:', d)
