@@ -34,7 +34,7 @@ def _within(k: int, n: int, p: float, sigmas: float = 5.0) -> bool:
 @pytest.mark.parametrize('schedule, labels', [
     ('clm:1000,50clm+50mlm40:500', ['clm', '50clm+50mlm40']),
     ('50clm+50mlm:500', ['50clm+50mlm40']),                                  # a part without a ratio takes mask_ratio
-    ('mlm30to15to05:300,mlm5:10', None),                                     # mlm5 is no plain phase (two digits)
+    ('mlm30to15to05:300,mlm5:10', ['mlm30to15to5', 'mlm5']),                 # under 10%: one digit or two (N27)
     ('mlm30to15to05:300', ['mlm30to15to5']),
     ('20clm+30mntp30+50mlm30to5:900', ['20clm+30mntp30+50mlm30to5'])])
 def test_schedules_read_compound_phases_beside_plain_ones(schedule, labels):
