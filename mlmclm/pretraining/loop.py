@@ -25,7 +25,7 @@ from ..model.checkpoints import logged_losses, model_card, save
 from ..model.sizes import FLOP_CONVENTION, flops_per_token
 from .checks import CheckedPretrain
 from .objectives import attention_span, lm_loss, make_batch
-from .setup import HELDOUT_SEED, Run, heldout_first_token, setup
+from .setup import HELDOUT_SEED, Run, heldout_first_token, setup, training_rows, unique_budget
 from .train_state import (StateError, TrainState, atomic_dir, owner_writes_only, save_training_state,
                                             seal_state, state_folder, write_state)
 from ..protocol.runs import PretrainConfig, pretrain_config
@@ -105,7 +105,7 @@ def _token_ids(run: Run) -> dict:
 def batch_stream(run: Run, state: TrainState):
     "This process's micro-batches of every remaining step, prepared `prefetch` steps ahead in a background thread."
     cfg, acc = run.cfg, run.acc
-    rows = functools.partial(run.store.rows, run.data_offset, seq_len=cfg.seq_len)   # reads only the rows asked for
+    rows = training_rows(run)   # reads only the rows asked for (of the unique budget, for epochs, if the run has one)
     batches = step_batches(rows, run.phases, range(state.step, run.last_step), cfg.batch_size, run.grad_accum,
                            acc.num_processes, acc.process_index, _token_ids(run),
                            (cfg.replace_mask, cfg.replace_random, cfg.replace_keep), cfg.seed,
@@ -231,7 +231,7 @@ def _full_weights(run: Run) -> dict | None:
 def _tokens_read(run: Run, state: TrainState) -> dict:
     "The store and the token range the run has read up to `state`."
     return dict(store_id=run.store.store_id, store=str(run.store.folder), first_token=run.data_offset,
-                end_token=run.data_offset + state.tokens_seen)
+                end_token=run.data_offset + min(state.tokens_seen, unique_budget(run) or state.tokens_seen))
 
 # %% ../../nbs/pretraining/04_loop.ipynb #54ec717b
 def keep_checkpoint(run: Run, state: TrainState, phase_index: int, phase: Phase) -> Path:

@@ -84,6 +84,9 @@ class PretrainInputs:
     data_subset: str | None = param(None, f'fineweb-edu subset (None: {PRETRAIN.data_subset}, unique tokens for 54k steps)', name=True)
     data_offset: int | None = param(None, "first store token read: None continues after init_from's tokens (CPT), else 0; "
                                           "0 replays", low=0)
+    unique_tokens: int | None = param(None, 'a budget of unique store tokens from data_offset (whole rows), repeated '
+                                            'for as many epochs as total_steps reads, reshuffled by row each epoch; '
+                                            'None: every token once', low=1)
     store_dir: str | None = param(None, 'where token stores of sources are built and found (<project>/stores)', name=True)
     data_workers: int = param(1, "tokenizing processes when a finite source's store must be built", low=1)
 

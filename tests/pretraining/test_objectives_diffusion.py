@@ -19,7 +19,7 @@ from mlmclm.protocol.run_names import RunName, parse_run_name, run_name
 from mlmclm.protocol.runs import PretrainConfig
 from mlmclm.protocol.schedules import OBJECTIVES, RATE_FLOOR, Phase, drawn_phase, parse_schedule
 from mlmclm.study.plan import Costs, cpt_objectives_plan, run_flops
-from tests.tiny import TINY_PRETRAIN
+from tiny import TINY_PRETRAIN
 
 IDS = dict(mask_token_id=2, vocab_size=1000, special_ids=[0, 1, 2])
 DRAWN = [o.name for o in OBJECTIVES.values() if o.rate]
