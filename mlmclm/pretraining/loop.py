@@ -25,7 +25,7 @@ from ..model.checkpoints import logged_losses, model_card, save
 from ..model.sizes import FLOP_CONVENTION, flops_per_token
 from .checks import CheckedPretrain
 from .objectives import attention_span, lm_loss, make_batch
-from .setup import HELDOUT_SEED, Run, heldout_first_token, setup, training_rows, unique_budget
+from .setup import HELDOUT_SEED, Run, heldout_first_token, setup, measure_phases, training_rows, unique_budget
 from .train_state import (StateError, TrainState, atomic_dir, owner_writes_only, save_training_state,
                                             seal_state, state_folder, write_state)
 from ..protocol.runs import PretrainConfig, pretrain_config
@@ -208,6 +208,8 @@ def log_metrics(run: Run, state: TrainState, phase_index: int, phase: Phase, los
                lr=lr, tokens_seen=state.tokens_seen, tokens_per_s=tps, mfu=mfu(), flop_convention=FLOP_CONVENTION,
                attention_span=span, mfu_doc_lengths=mfu(span) if span else None,
                heldout_loss=sum(w * loss for _, w, loss in parts) if held else None)
+    if held and run.cfg.heldout_measures:   # the measures common to runs of other objectives
+        row['heldout_measures'] = {p.label: heldout_loss(run, p) for p in measure_phases(run.cfg)}
     if phase.compound:   # what the step's micro-batches (every process's) drew, and each part's held-out loss
         step, G, B = state.step - 1, run.rows_per_step, run.cfg.batch_size
         drawn = [drawn_phase(run.phases, step, run.cfg.seed, step * G + r).label for r in range(0, G, B)]

@@ -33,11 +33,11 @@ from .checks import CheckedPretrain, checked_pretrain, checkpoint_steps
 from .train_state import TrainState, load_training_state, recover_swaps, state_folder
 from ..protocol.paper import AdamW
 from ..protocol.runs import PretrainConfig, grad_accum, pretrain_run
-from ..protocol.schedules import Phase, switch_steps
+from ..protocol.schedules import Phase, parse_schedule, switch_steps
 
 # %% auto #0
-__all__ = ['HELDOUT_SEED', 'Run', 'heldout_rows_of', 'heldout_first_token', 'unique_budget', 'check_budget', 'training_rows',
-           'setup']
+__all__ = ['HELDOUT_SEED', 'Run', 'heldout_rows_of', 'measure_phases', 'heldout_first_token', 'unique_budget', 'check_budget',
+           'training_rows', 'setup']
 
 # %% ../../nbs/pretraining/03_setup.ipynb #3861a4f8
 def _tokenizer_for(cfg: PretrainConfig):
@@ -163,7 +163,7 @@ def _session(acc) -> str:
 # %% ../../nbs/pretraining/03_setup.ipynb #0e40fa62
 _SESSION_FIELDS = ('progress', 'stop_at_step', 'prefetch', 'log_every', 'save_every', 'checkpoint_steps', 'log_with',
                    'out_dir', 'store_dir', 'data_workers', 'device', 'attn_backend', 'compile', 'fsdp',
-                   'on_config_change', 'run_id', 'heldout_rows', 'heldout_every', 'save',
+                   'on_config_change', 'run_id', 'heldout_rows', 'heldout_every', 'heldout_measures', 'save',
                    'trust_state_from')   # how a session runs, not what it computes
 
 def _rows_per_step(config: dict, processes: int) -> int:
@@ -254,6 +254,20 @@ HELDOUT_SEED = 0   # one masking of the held-out rows for every run, so that run
 def heldout_rows_of(store_tokens: int, rows: int, seq_len: int) -> int:
     "The held-out rows a store of `store_tokens` tokens gives: `rows`, but never more than an eighth of its full rows."
     return min(rows, store_tokens // seq_len // 8)
+
+# %% ../../nbs/pretraining/03_setup.ipynb #3c230b46
+def measure_phases(cfg: PretrainConfig) -> list[Phase]:
+    """The plain phases of `heldout_measures` ('mdlm,mlm15' -> MDLM's bound, MLM's loss at 15%): the same held-out rows
+    scored the same way in every run that names them, whatever each run trains (a ratio left out takes `mask_ratio`)."""
+    phases = []
+    for label in filter(None, (s.strip() for s in (cfg.heldout_measures or '').split(','))):
+        try: p = parse_schedule(f'{label}:1', mask_ratio=cfg.mask_ratio)
+        except ConfigError as e: raise ConfigError(f'heldout_measures={cfg.heldout_measures!r}: {e}') from None
+        if len(p) != 1 or p[0].compound:
+            raise ConfigError(f'heldout_measures={cfg.heldout_measures!r}: {label!r} is not one plain phase; name objectives '
+                              f"with their ratio, e.g. 'clm', 'mdlm', 'mlm15'")
+        phases.append(p[0])
+    return phases
 
 # %% ../../nbs/pretraining/03_setup.ipynb #37be6f71
 def heldout_first_token(store_tokens: int, rows: int, seq_len: int) -> int:
@@ -359,6 +373,7 @@ def setup(cfg: PretrainConfig | CheckedPretrain,  # a config, checked here; or o
     "Everything a run needs, built in a fixed order (checks, claim, data, folder, seed, model, processes, resume), and where it starts."
     checked = checked_pretrain(cfg)   # the one check of this process's config, unless its launcher made it
     cfg, phases = checked.cfg, list(checked.phases)
+    measure_phases(cfg)   # a bad measure is refused before any work
     acc = _accelerator(cfg)
     accumulation = grad_accum(cfg.global_batch, cfg.batch_size, acc.num_processes)   # refused here if it does not divide
     held = _claim_run(cfg, acc)

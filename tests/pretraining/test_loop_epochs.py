@@ -21,6 +21,7 @@ BUDGET = 12 * 32   # 12 rows of 32 tokens; 8 steps x 8 rows = 64 rows: 5.33 epoc
 def _cfg(tmp, **kw):
     return build_config(PretrainConfig, {**TINY_PRETRAIN, 'schedule': 'mdlm', 'total_steps': 8, 'global_batch': 8,
                                          'unique_tokens': BUDGET + 5, 'heldout_rows': 8, 'heldout_every': 3,
+                                         'heldout_measures': 'mdlm,mlm15',
                                          'out_dir': str(tmp), 'run_id': 'ep', **kw})
 
 
@@ -34,6 +35,17 @@ def test_run_json_records_the_budget_and_its_epochs(straight):
     assert (data['unique_tokens'], data['epochs'], data['repeats'], data['end_token']) == (BUDGET, round(64 / 12, 4), True, BUDGET)
     assert data['shuffle'] == 'rows reshuffled each epoch (seed 42)' and data['heldout']['read_in_training'] is False
     assert json.loads((straight/'run.json').read_text())['config']['unique_tokens'] == BUDGET + 5
+
+
+def test_the_common_measures_are_logged_at_every_heldout_point(straight):
+    "An mdlm run's own held-out loss is its 'mdlm' measure (the same rows, masked alike); MLM at 15% beside it."
+    held = [r for r in read_jsonl(straight/'metrics.jsonl') if r['heldout_loss'] is not None]
+    assert [r['step'] for r in held] == [3, 6, 8]
+    for r in held:
+        assert set(r['heldout_measures']) == {'mdlm', 'mlm15'} and r['heldout_measures']['mdlm'] == r['heldout_loss']
+    with pytest.raises(ConfigError, match="heldout_measures='mdlm,clm30': phase 'clm30:1': clm takes no mask ratio"):
+        pretrain(_cfg(straight.parent/'bad', heldout_measures='mdlm,clm30'))
+    assert not (straight.parent/'bad').exists()                                   # refused before any work
 
 
 def test_the_run_reads_only_its_budget_each_epoch_reshuffled(tmp_path):
