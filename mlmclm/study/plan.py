@@ -26,13 +26,13 @@ from ..tasks.registry import EXAMPLE_TEXTS, TASKS
 
 # %% auto #0
 __all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERMEDIATE', 'ABLATION_CHECKPOINTS', 'PROTOCOL_GRID',
-           'MERGE_WEIGHTS', 'CPT_START', 'PRESETS', 'PlannedRun', 'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan',
-           'intermediate_datasets', 'paper_plan', 'Costs', 'run_flops', 'task_of', 'dataset_family',
-           'finetune_examples', 'finetune_flops_by_size', 'finetune_flops', 'body_params', 'estimate',
-           'shipped_examples', 'finetune_steps', 'run_tokens', 'select', 'demo_experiments', 'demo_plan',
-           'protocol_ablation_plan', 'precision_ablation_plan', 'Merge', 'merge_name', 'merging_plan', 'merge_dir',
-           'point_checkpoint', 'checkpoint_dir', 'pretrain_params', 'cpt_objectives_plan', 'get_plan', 'point_runs',
-           'finetune_jobs']
+           'MERGE_WEIGHTS', 'CPT_START', 'PRESETS', 'DIFFUSION_OBJECTIVES', 'DIFFUSION_EPOCHS', 'PlannedRun',
+           'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets', 'paper_plan', 'Costs',
+           'run_flops', 'task_of', 'dataset_family', 'finetune_examples', 'finetune_flops_by_size', 'finetune_flops',
+           'body_params', 'estimate', 'shipped_examples', 'finetune_steps', 'run_tokens', 'select', 'demo_experiments',
+           'demo_plan', 'protocol_ablation_plan', 'precision_ablation_plan', 'Merge', 'merge_name', 'merging_plan',
+           'merge_dir', 'point_checkpoint', 'checkpoint_dir', 'pretrain_params', 'cpt_objectives_plan', 'get_plan',
+           'diffusion_plan', 'point_runs', 'finetune_jobs']
 
 # %% ../../nbs/study/00_plan.ipynb #59d3ae7e
 @dataclass
@@ -538,6 +538,30 @@ PRESETS = {'paper': paper_plan, 'paper-15120': lambda: paper_plan(intermediate='
 def get_plan(preset: str) -> StudyPlan:
     if preset not in PRESETS: raise ConfigError(f'unknown preset {preset!r}; choose one of {list(PRESETS)}')
     return PRESETS[preset]()
+
+# %% ../../nbs/study/00_plan.ipynb #75ec13c5
+DIFFUSION_OBJECTIVES = ('clm', 'mlm40', 'vmlm', 'mdlm')   # the arms of issue 47
+DIFFUSION_EPOCHS = (1, 10, 25, 100)                     # repeats of the unique budget over a run's tokens
+
+def diffusion_plan(epochs: int = 1,                     # reads of the unique budget over each run (1: all unique)
+                   sizes: tuple = ('610m',), objectives: tuple = DIFFUSION_OBJECTIVES, steps: int = 42000,
+                   datasets: tuple = intermediate_datasets(), lrs: tuple = PAPER_LRS, seeds: tuple = PAPER_SEEDS) -> StudyPlan:
+    "Each objective for `steps` on `1/epochs` of its tokens as unique data, read `epochs` times; with 1 epoch, the CPT arm too."
+    if epochs < 1: raise ConfigError(f'epochs={epochs} must be >= 1')
+    names = [f'{size}-{o}-{steps // 1000}k' for size in sizes for o in objectives]
+    tokens = steps * PRETRAIN.global_batch * PRETRAIN.seq_len
+    cpt = cpt_objectives_plan(objectives=('mlm', 'mntp', 'mdlm'), datasets=datasets, lrs=lrs, seeds=seeds) if epochs == 1 else None
+    experiments = {'diffusion': names, **({'CPT-diffusion': [r for r in cpt.runs]} if cpt else {})}
+    plan = build_plan(f'diffusion-{epochs}ep', experiments, tuple(datasets), tuple(datasets), lrs, seeds,
+                      starts={CPT_START[0]: CPT_START[1]}, pretrain_overrides={} if epochs == 1 else
+                      dict(unique_tokens=tokens // epochs),
+                      note=f'{", ".join(objectives)} for {steps:,} steps on {tokens / epochs / 1e9:.3g}B unique tokens read '
+                           f'{epochs} time(s); a study of its own (names do not carry the budget)')
+    if cpt: plan.evals.insert(0, cpt.evals[0])   # the released start, fine-tuned as it is
+    return plan
+
+# %% ../../nbs/study/00_plan.ipynb #5e7e9c9c
+PRESETS.update({f'diffusion-{e}ep': functools.partial(diffusion_plan, e) for e in DIFFUSION_EPOCHS})
 
 # %% ../../nbs/study/00_plan.ipynb #89e2a2f9
 def point_runs(plan: StudyPlan, e: EvalPoint) -> list[FinetuneRun]:
