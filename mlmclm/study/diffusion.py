@@ -137,11 +137,12 @@ def plot_epochs(df: pd.DataFrame, title: str = ''):
     "Held-out measures against epochs, one line per objective (mean over seeds, band: their range)."
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.2), dpi=100)
+    colors = {label: f'C{i}' for i, label in enumerate(df.objective.unique())}   # one colour per objective in every panel
     for ax, (measure, name) in zip(axes, PANELS):
         s = summarise(df.dropna(subset=[measure]), measure)
         for label, g in s.groupby('objective', sort=False):
-            line, = ax.plot(g.epoch, g['mean'], marker='o', ms=3, label=label)
-            ax.fill_between(g.epoch, g.low, g.high, color=line.get_color(), alpha=0.2, lw=0)
+            ax.plot(g.epoch, g['mean'], marker='o', ms=3, label=label, color=colors[label])
+            ax.fill_between(g.epoch, g.low, g.high, color=colors[label], alpha=0.2, lw=0)
         ax.set_title(name, fontsize=9); ax.set_xlabel('epochs over the unique tokens'); ax.grid(alpha=0.3)
     axes[0].set_ylabel('held-out loss (nats)'); axes[1].legend(fontsize=8)
     if title: fig.suptitle(title, fontsize=9)
