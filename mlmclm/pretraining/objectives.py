@@ -213,6 +213,7 @@ def weighted_lm_loss(model, batch: dict,  # a `make_batch` dict with `row_weight
         head = getattr(model, 'module', model).lm_head
         total = sum(w[r] * (b - a) * chunked_cross_entropy(h[a:b], head.weight, picked[a:b], ce_chunk)
                     for r, (a, b) in enumerate(zip([0] + ends[:-1], ends)) if b > a)
+        total = total + 0 * h.sum()   # a batch with nothing to predict still has a graph: its loss is 0, not a constant
     else:
         logits = model(batch['input_ids'], logits_index=at, **kw).logits.float()   # (n, V)
         total = (F.cross_entropy(logits, picked, reduction='none') * w.index_select(0, at // T)).sum()

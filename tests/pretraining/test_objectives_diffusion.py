@@ -164,3 +164,16 @@ def test_mdlm_continues_a_clm_checkpoint(straight, tmp_path):
     rows = read_jsonl(out/'metrics.jsonl')
     assert rows[-1]['objective'] == 'mdlm' and math.isfinite(rows[-1]['heldout_loss'])
     assert json.loads((out/'checkpoints'/'step-2'/'config.json').read_text()).get('is_causal') is False
+
+
+@pytest.mark.parametrize('ce_chunk', [0, 4])
+def test_a_batch_with_nothing_to_predict_has_loss_zero_and_a_graph(ce_chunk):
+    "MDLM's sum over no token is 0 (not 0/0 as MLM's mean would be), and backward still runs."
+    from mlmclm.model.transformer import build_model
+    model = build_model('tiny', vocab_size=50, bos_token_id=0, eos_token_id=1, pad_token_id=1, mask_token_id=2)
+    ids = torch.ones(2, 8, dtype=torch.long)                                      # only special tokens
+    b = make_batch(dict(input_ids=ids, document_ids=torch.zeros_like(ids)), Phase('mdlm', 1), dict(IDS, vocab_size=50),
+                   (1.0, 0.0, 0.0), 0, 0)
+    loss, n = lm_loss(model, b, ce_chunk=ce_chunk)
+    loss.backward()
+    assert (loss.item(), int(n)) == (0.0, 0)
