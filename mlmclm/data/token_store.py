@@ -25,8 +25,8 @@ from .sources import (DEFAULT_SHARD_TOKENS, STORE_FORMAT, StoreError, StoreSourc
 from .tokenizers import DEFAULT_FINEWEB_SUBSET, FINEWEB_EDU, load_tokenizer, tokenizer_sha
 
 # %% auto #0
-__all__ = ['tokenizer_files', 'default_store_dir', 'store_path', 'build_store', 'TokenStore', 'open_store', 'pipeline_throughput',
-           'verify_store', 'main']
+__all__ = ['tokenizer_files', 'default_store_dir', 'store_path', 'build_store', 'TokenStore', 'open_store', 'epoch_order',
+           'budget_rows', 'EpochRows', 'pipeline_throughput', 'verify_store', 'main']
 
 # %% ../../nbs/data/03_token_store.ipynb #04105892
 def _save_npy(path: Path, array: np.ndarray) -> str:
@@ -416,6 +416,45 @@ def open_store(data: str | Path,        # a store folder, or a source for `build
         raise StoreError(f"{store.folder} was made with tokenizer {store.manifest['tokenizer']['name']!r}, not the "
                          f"run's {tokenizer.name_or_path!r} (their definitions differ)")
     return store
+
+# %% ../../nbs/data/03_token_store.ipynb #65c70417
+def epoch_order(unique_rows: int,  # rows in the budget
+                epoch: int,        # 0-based
+                seed: int,         # the run's seed
+               ) -> np.ndarray:    # (unique_rows,) a permutation of the budget's rows
+    "The order in which epoch `epoch` reads a budget of `unique_rows` rows: a permutation seeded by (seed, epoch)."
+    return np.random.default_rng([seed, epoch, 0x45504F43]).permutation(unique_rows)
+
+# %% ../../nbs/data/03_token_store.ipynb #5b16264e
+def budget_rows(unique_tokens: int, seq_len: int) -> int:
+    "The whole rows of `seq_len` tokens a budget of `unique_tokens` holds; a budget under one row is refused."
+    if unique_tokens < seq_len:
+        raise ConfigError(f'unique_tokens={unique_tokens:,} holds no row of seq_len={seq_len} tokens; give at least {seq_len}')
+    return unique_tokens // seq_len
+
+# %% ../../nbs/data/03_token_store.ipynb #201644a2
+class EpochRows:
+    "`read(first_row, n)` of a run that repeats `unique_rows` store rows for epochs, reshuffled each epoch (see above)."
+    def __init__(self, store: TokenStore,
+                 first_token: int,   # where budget row 0 begins (the run's `data_offset`)
+                 unique_rows: int,   # rows in the budget (`budget_rows`)
+                 seq_len: int, seed: int):
+        if unique_rows < 1: raise ConfigError(f'unique_rows={unique_rows} must be >= 1')
+        self.store, self.first_token, self.unique_rows, self.seq_len, self.seed = store, first_token, unique_rows, seq_len, seed
+        self._orders = {}   # the latest epochs' orders (a run reads epochs in turn)
+
+    def budget_row(self, row: int) -> int:
+        "The budget row (0 .. unique_rows-1) that run row `row` reads."
+        epoch, i = divmod(row, self.unique_rows)
+        if epoch not in self._orders:
+            if len(self._orders) > 4: self._orders.pop(min(self._orders))
+            self._orders[epoch] = epoch_order(self.unique_rows, epoch, self.seed)
+        return int(self._orders[epoch][i])
+
+    def __call__(self, first_row: int, n: int) -> dict:
+        "Run rows `[first_row, first_row + n)`, as `TokenStore.rows` makes them."
+        got = [self.store.rows(self.first_token, self.budget_row(r), 1, self.seq_len) for r in range(first_row, first_row + n)]
+        return {k: torch.cat([g[k] for g in got]) for k in ('input_ids', 'document_ids')}
 
 # %% ../../nbs/data/03_token_store.ipynb #23785610
 def pipeline_throughput(data: str | Path = EMBEDDED,  # as in `packed_rows`

@@ -16,9 +16,10 @@ from ..protocol.schedules import OBJECTIVES, Phase, objective_of
 
 # %% auto #0
 __all__ = ['ATTN_BACKENDS', 'LLAMA3_VOCAB_SIZE', 'MODEL_SIZES', 'FLOP_CONVENTION', 'STRATEGIES', 'GIB', 'ACTIVATION_BYTES',
-           'COMPILED_ACTIVATION_BYTES', 'LOGIT_BYTES', 'FIT_STEPS', 'ModelConfig', 'model_config', 'param_counts',
-           'flops_per_token', 'phase_flops_per_token', 'block_shape', 'stored_activation_bytes', 'stored_logit_bytes',
-           'memory_estimate', 'memory_line', 'fit_settings']
+           'COMPILED_ACTIVATION_BYTES', 'LOGIT_BYTES', 'FIT_STEPS', 'ETTIN_SHAPES', 'OUTSIDE_MODELS', 'ModelConfig',
+           'model_config', 'param_counts', 'flops_per_token', 'phase_flops_per_token', 'block_shape',
+           'stored_activation_bytes', 'stored_logit_bytes', 'memory_estimate', 'memory_line', 'fit_settings',
+           'OutsideModel']
 
 # %% ../../nbs/model/00_sizes.ipynb #8c173f07
 ATTN_BACKENDS = ('sdpa', 'eager', 'flash')   # the attention kernels (`model/01_transformer`)
@@ -304,3 +305,35 @@ def fit_settings(size,                       # a key of MODEL_SIZES or a `ModelC
         tried.append(f"{settings}: {e['peak_gib']:.1f} GiB")
     raise ConfigError(f'{size} does not fit {budget:.1f} GiB ({device_gib} GiB less {margin:.0%}) with any of: '
                       f'{"; ".join(tried)}. Lower micro_batch, or use more processes')
+
+# %% ../../nbs/model/00_sizes.ipynb #46ca56ba
+@dataclass(frozen=True)
+class OutsideModel:
+    "A model from outside the study that a plan fine-tunes: its hub id, and its shape with where the shape is written."
+    name: str           # its hub id: the checkpoint and the name in the results
+    kind: str           # 'encoder' (MLM) or 'decoder' (CLM)
+    layers: int
+    hidden: int
+    intermediate: int   # the GLU's inner width
+    heads: int
+    source: str         # where these numbers come from
+    vocab: int = 50368  # ModernBERT's tokenizer (Ettin's too)
+
+    @property
+    def body_params(self) -> int:
+        "ModernBERT's body: per layer 4 H^2 (QKV, output) + 3 H I (GLU) + 2 H (two LayerNorms, no biases), + H (embedding norm)."
+        h, i = self.hidden, self.intermediate
+        return self.layers * (4 * h * h + 3 * h * i + 2 * h) + h
+
+# %% ../../nbs/model/00_sizes.ipynb #c4d3fb27
+_ETTIN = 'github.com/JHU-CLSP/ettin-encoder-vs-decoder (commit 6cbf954): README "Model Architecture" and pretraining/configs/standard/<size>/'
+_MODERNBERT = 'huggingface.co/answerdotai/ModernBERT-{}/config.json; the shapes of Ettin\'s {} configs'
+ETTIN_SHAPES = {'17m': (7, 256, 384, 4), '32m': (10, 384, 576, 6), '68m': (19, 512, 768, 8), '150m': (22, 768, 1152, 12),
+                '400m': (28, 1024, 2624, 16), '1b': (28, 1792, 3840, 28)}   # layers, hidden, intermediate, heads
+OUTSIDE_MODELS = {m.name: m for m in [
+    *(OutsideModel(f'jhu-clsp/ettin-{kind}-{size}', kind, *shape, source=_ETTIN)
+      for kind in ('encoder', 'decoder') for size, shape in ETTIN_SHAPES.items()),
+    OutsideModel('answerdotai/ModernBERT-base', 'encoder', 22, 768, 1152, 12, source=_MODERNBERT.format('base', '150m (base)')),
+    OutsideModel('answerdotai/ModernBERT-large', 'encoder', 28, 1024, 2624, 16, source=_MODERNBERT.format('large', '400m (large)'))]}
+
+

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import math
 import os
 import queue
@@ -25,7 +24,7 @@ from ..model.checkpoints import logged_losses, model_card, save
 from ..model.sizes import FLOP_CONVENTION, flops_per_token
 from .checks import CheckedPretrain
 from .objectives import attention_span, lm_loss, make_batch
-from .setup import HELDOUT_SEED, Run, heldout_first_token, setup
+from .setup import HELDOUT_SEED, Run, heldout_first_token, setup, measure_phases, training_rows, unique_budget
 from .train_state import (StateError, TrainState, atomic_dir, owner_writes_only, save_training_state,
                                             seal_state, state_folder, write_state)
 from ..protocol.runs import PretrainConfig, pretrain_config
@@ -105,7 +104,7 @@ def _token_ids(run: Run) -> dict:
 def batch_stream(run: Run, state: TrainState):
     "This process's micro-batches of every remaining step, prepared `prefetch` steps ahead in a background thread."
     cfg, acc = run.cfg, run.acc
-    rows = functools.partial(run.store.rows, run.data_offset, seq_len=cfg.seq_len)   # reads only the rows asked for
+    rows = training_rows(run)   # reads only the rows asked for (of the unique budget, for epochs, if the run has one)
     batches = step_batches(rows, run.phases, range(state.step, run.last_step), cfg.batch_size, run.grad_accum,
                            acc.num_processes, acc.process_index, _token_ids(run),
                            (cfg.replace_mask, cfg.replace_random, cfg.replace_keep), cfg.seed,
@@ -208,6 +207,8 @@ def log_metrics(run: Run, state: TrainState, phase_index: int, phase: Phase, los
                lr=lr, tokens_seen=state.tokens_seen, tokens_per_s=tps, mfu=mfu(), flop_convention=FLOP_CONVENTION,
                attention_span=span, mfu_doc_lengths=mfu(span) if span else None,
                heldout_loss=sum(w * loss for _, w, loss in parts) if held else None)
+    if held and run.cfg.heldout_measures:   # the measures common to runs of other objectives
+        row['heldout_measures'] = {p.label: heldout_loss(run, p) for p in measure_phases(run.cfg)}
     if phase.compound:   # what the step's micro-batches (every process's) drew, and each part's held-out loss
         step, G, B = state.step - 1, run.rows_per_step, run.cfg.batch_size
         drawn = [drawn_phase(run.phases, step, run.cfg.seed, step * G + r).label for r in range(0, G, B)]
@@ -231,7 +232,7 @@ def _full_weights(run: Run) -> dict | None:
 def _tokens_read(run: Run, state: TrainState) -> dict:
     "The store and the token range the run has read up to `state`."
     return dict(store_id=run.store.store_id, store=str(run.store.folder), first_token=run.data_offset,
-                end_token=run.data_offset + state.tokens_seen)
+                end_token=run.data_offset + min(state.tokens_seen, unique_budget(run) or state.tokens_seen))
 
 # %% ../../nbs/pretraining/04_loop.ipynb #54ec717b
 def keep_checkpoint(run: Run, state: TrainState, phase_index: int, phase: Phase) -> Path:

@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from dataclasses import dataclass
+from typing import Callable
 
 from ..base.configs import ConfigError
-from ..model.heads import IGNORE, lm_head_loss
+from ..model.heads import IGNORE, chunked_cross_entropy, lm_head_loss
 from ..model.transformer import host_layout, layout_of
-from ..protocol.schedules import OBJECTIVES, Phase
+from ..protocol.schedules import OBJECTIVES, RATE_FLOOR, RATES, Phase
 
 # %% auto #0
-__all__ = ['clm_labels', 'mask_tokens', 'make_batch', 'labelled_positions', 'lm_loss', 'attention_span']
+__all__ = ['SPAN_MEAN', 'SPAN_MAX', 'CORRUPTIONS', 'clm_labels', 'Corruption', 'iid_selection', 'span_start_rate',
+           'span_selection', 'corruption_of', 'mask_tokens', 'make_batch', 'labelled_positions', 'drawn_rates',
+           'loss_weights', 'lm_loss', 'weighted_lm_loss', 'attention_span']
 
 # %% ../../nbs/pretraining/00_objectives.ipynb #c69bbade
 def clm_labels(input_ids: torch.Tensor,      # (B, T)
@@ -26,22 +30,77 @@ def clm_labels(input_ids: torch.Tensor,      # (B, T)
     labels[:, :-1] = torch.where(same_doc, input_ids[:, 1:], labels[:, :-1])
     return labels
 
+# %% ../../nbs/pretraining/00_objectives.ipynb #af74063c
+@dataclass(frozen=True)
+class Corruption:
+    "One way of choosing the positions a corrupting objective predicts: a row of `CORRUPTIONS`."
+    name: str          # what an objective's row names (`Objective.corruption`)
+    select: Callable   # (shape, ratio: float | (B, 1) tensor, generator, device) -> (B, T) bool, special tokens not yet excluded
+    source: str        # where it comes from
+
+# %% ../../nbs/pretraining/00_objectives.ipynb #24c04160
+def iid_selection(shape: tuple, ratio, generator=None, device=None) -> torch.Tensor:
+    "Each position on its own with probability `ratio`: one uniform draw per position (MLM's draw, unchanged)."
+    return torch.rand(shape, generator=generator, device=device) < ratio
+
+# %% ../../nbs/pretraining/00_objectives.ipynb #bee913d0
+SPAN_MEAN, SPAN_MAX = 3, 10   # span lengths: geometric with mean 3 (T5's), cut at 10 (SpanBERT's cap)
+
+def span_start_rate(ratio, mean: float = SPAN_MEAN, longest: int = SPAN_MAX):
+    """The rate p at which spans start so that their union covers `ratio` of the positions in expectation: a position
+    is covered unless no span starting k = 0..longest-1 before it is longer than k, 1 - prod_k (1 - p P(L > k)) = ratio."""
+    survive = (1 - 1 / mean) ** torch.arange(longest, dtype=torch.float64)            # P(L > k) of a geometric length
+    target = torch.as_tensor(ratio, dtype=torch.float64)
+    lo, hi = torch.zeros_like(target), torch.ones_like(target)
+    for _ in range(60):   # bisection: the coverage grows with p, from 0 at p = 0 to 1 at p = 1
+        mid = (lo + hi) / 2
+        covered = 1 - torch.prod(1 - mid.unsqueeze(-1) * survive, dim=-1)
+        lo, hi = torch.where(covered < target, mid, lo), torch.where(covered < target, hi, mid)
+    return (lo + hi) / 2
+
+# %% ../../nbs/pretraining/00_objectives.ipynb #5fc7e7b8
+def span_selection(shape: tuple, ratio, generator=None, device=None) -> torch.Tensor:
+    "Spans of geometric length (mean `SPAN_MEAN`, at most `SPAN_MAX`) whose union covers `ratio` of the positions in expectation."
+    B, T = shape
+    p = span_start_rate(ratio).to(torch.float32)
+    starts = torch.rand(shape, generator=generator, device=device) < p.to(device)              # (B, T)
+    u = torch.rand(shape, generator=generator, device=device)
+    lengths = (1 + torch.floor(torch.log1p(-u) / torch.log1p(torch.tensor(-1 / SPAN_MEAN)))).clamp(max=SPAN_MAX)
+    selected = torch.zeros(shape, dtype=torch.bool, device=device)
+    for k in range(SPAN_MAX):   # position i is covered by a span that starts k before it and is longer than k
+        selected[:, k:] |= starts[:, :T - k] & (lengths[:, :T - k] > k)
+    return selected
+
+# %% ../../nbs/pretraining/00_objectives.ipynb #ef9ce04e
+CORRUPTIONS = {c.name: c for c in [
+    Corruption('iid', iid_selection, 'BERT (arXiv 1810.04805): each token on its own'),
+    Corruption('span', span_selection, 'SpanBERT (arXiv 1907.10529), T5 (arXiv 1910.10683): runs of tokens'),
+]}
+
+
+def corruption_of(name: str) -> Corruption:
+    "The row of `CORRUPTIONS` named `name`; an unknown name is an error that lists the known ones."
+    if name not in CORRUPTIONS: raise ConfigError(f'corruption={name!r}; choose from {", ".join(map(repr, CORRUPTIONS))}')
+    return CORRUPTIONS[name]
+
 # %% ../../nbs/pretraining/00_objectives.ipynb #50c2e4b2
 def mask_tokens(input_ids: torch.Tensor,          # (B, T) token ids
-                mask_ratio: float,                # probability that a non-special token is selected
+                mask_ratio,                       # probability that a non-special token is chosen: a float, or (B, 1) per row
                 mask_token_id: int,               # id of `<|mask|>`
                 vocab_size: int,                  # random replacements are drawn from [0, vocab_size)
                 special_ids: list[int],           # ids never selected (BOS, EOS, PAD, MASK)
                 replace: tuple = (1.0, 0.0, 0.0), # shares of selected tokens that become MASK / random / stay
                 generator: torch.Generator | None = None,
+                corruption: str = 'iid',          # which positions are chosen: a row of `CORRUPTIONS`
                ) -> tuple[torch.Tensor, torch.Tensor]:  # inputs (B, T), labels (B, T) with IGNORE off-selection
     "MLM corruption: the corrupted inputs and the labels (original ids at selected positions)."
-    if not 0 < mask_ratio < 1: raise ConfigError(f'mask_ratio={mask_ratio} must be in (0, 1)')
+    r = torch.as_tensor(mask_ratio)
+    if not bool(((r > 0) & (r < 1)).all()): raise ConfigError(f'mask_ratio={mask_ratio} must be in (0, 1)')
     if len(replace) != 3 or min(replace) < 0 or abs(sum(replace) - 1) > 1e-6:
         raise ConfigError(f'replace={replace} must be three non-negative shares (mask, random, keep) summing to 1')
+    kind = corruption_of(corruption)
     special = torch.isin(input_ids, torch.tensor(special_ids, device=input_ids.device))
-    u = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
-    selected = (u < mask_ratio) & ~special
+    selected = kind.select(input_ids.shape, mask_ratio, generator, input_ids.device) & ~special
     labels = torch.where(selected, input_ids, torch.full_like(input_ids, IGNORE))
     # one more uniform draw decides what each selected token becomes
     v = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
@@ -71,20 +130,45 @@ def make_batch(rows: dict,                 # 'input_ids', 'document_ids': (B, T)
     ids, docs = rows['input_ids'], rows['document_ids']
     lay = host_layout(None, docs)
     layout = dict(cu_seqlens=lay['cu_seqlens'], max_seqlen=lay['max_len'])
-    inputs, labels = ids, ids                                                   # (B, T) each
-    if objective.masked:
+    inputs, labels, drawn = ids, ids, {}                                        # (B, T) each
+    if objective.corrupts:
         g = torch.Generator().manual_seed(seed * 1_000_003 + first_row)
-        inputs, labels = mask_tokens(ids, phase.mask_ratio, tokenizer_ids['mask_token_id'], tokenizer_ids['vocab_size'],
-                                     tokenizer_ids['special_ids'], replace, generator=g)
+        ratio = phase.mask_ratio if objective.masked else drawn_rates(objective.rate, len(ids), g)   # a float, or (B, 1)
+        inputs, labels = mask_tokens(ids, ratio, tokenizer_ids['mask_token_id'], tokenizer_ids['vocab_size'],
+                                     tokenizer_ids['special_ids'], replace, generator=g, corruption=objective.corruption)
+        if objective.rate: drawn = loss_weights(objective, ratio, ids, tokenizer_ids['special_ids'])
     if objective.next_token: labels = clm_labels(labels, docs)   # position i learns token i+1's target (IGNORE stays)
-    batch = dict(input_ids=inputs, document_ids=docs, labels=labels, is_causal=objective.causal, **layout)
-    return dict(batch, masked_positions=labelled_positions(labels)) if objective.masked else batch
+    batch = dict(input_ids=inputs, document_ids=docs, labels=labels, is_causal=objective.causal, **layout, **drawn)
+    if not objective.corrupts: return batch
+    at = labelled_positions(labels)   # and for MDLM's chunked loss where each row's positions end (`weighted_lm_loss`)
+    ends = torch.bincount(at // labels.shape[1], minlength=len(labels)).cumsum(0).tolist() if 'row_weights' in drawn else None
+    return dict(batch, masked_positions=at, **(dict(row_ends=ends) if ends else {}))
 
 # %% ../../nbs/pretraining/00_objectives.ipynb #74fc3f93
 def labelled_positions(labels: torch.Tensor,  # (B, T), IGNORE where no loss is taken
                       ) -> torch.Tensor:       # (n_labelled,) long: flat positions of (B*T), in order
     "Where `labels` take a loss, as indices (`nonzero`: a host sync when `labels` is on a GPU, none on the CPU)."
     return (labels.flatten() != IGNORE).nonzero().flatten()
+
+# %% ../../nbs/pretraining/00_objectives.ipynb #055772ac
+def drawn_rates(rate: str,                # a key of `mlmclm.protocol.schedules.RATES`
+                rows: int,
+                generator: torch.Generator,
+               ) -> torch.Tensor:         # (rows, 1) float32 in [RATE_FLOOR, 1)
+    "One mask ratio per row: t = RATE_FLOOR + (1 - RATE_FLOOR) u, u ~ U(0, 1) (the only rate so far, 'uniform')."
+    if rate not in RATES: raise ConfigError(f'rate={rate!r}; choose from {", ".join(map(repr, RATES))}')
+    return RATE_FLOOR + (1 - RATE_FLOOR) * torch.rand((rows, 1), generator=generator)
+
+# %% ../../nbs/pretraining/00_objectives.ipynb #97f4ba3a
+def loss_weights(objective, ratio: torch.Tensor,  # the objective's row and its drawn ratios (B, 1)
+                 ids: torch.Tensor, special_ids: list[int],
+                ) -> dict:
+    "What a drawn ratio adds to a batch: `row_rates` (B,), and for MDLM's weight `row_weights` (B,) = 1/t and `loss_tokens`."
+    out = dict(row_rates=ratio.flatten())
+    if objective.weight == 'inverse_rate':
+        maskable = ~torch.isin(ids, torch.tensor(special_ids))
+        out.update(row_weights=1 / ratio.flatten(), loss_tokens=maskable.sum())
+    return out
 
 # %% ../../nbs/pretraining/00_objectives.ipynb #8ba226ea
 def lm_loss(model, batch: dict,
@@ -93,6 +177,7 @@ def lm_loss(model, batch: dict,
             head_loss: str = 'plain',  # 'compiled' or 'fused': the head and the loss as `mlmclm.model.heads.lm_head_loss` runs them
            ) -> tuple[torch.Tensor, torch.Tensor]:
     "Mean cross-entropy over labelled positions, and their count (a tensor: reading it is the caller's sync)."
+    if 'row_weights' in batch: return weighted_lm_loss(model, batch, ce_chunk)   # MDLM: each row's tokens weigh 1/t
     labels = batch['labels']
     sel = labels != IGNORE                                                        # (B, T)
     # CLM labels nearly every position: gathering them would only copy the hidden states, so CLM stays dense
@@ -111,6 +196,30 @@ def lm_loss(model, batch: dict,
     if sparse_head: return F.cross_entropy(out.logits.float(), picked), sel.sum()          # (n_labelled, V)
     # dense: ignore_index skips unlabelled positions without copying the (B*T, V) logits
     return F.cross_entropy(out.logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE), sel.sum()
+
+# %% ../../nbs/pretraining/00_objectives.ipynb #cf56cf62
+def weighted_lm_loss(model, batch: dict,  # a `make_batch` dict with `row_weights` (B,) and `loss_tokens`
+                     ce_chunk: int = 0,   # head + loss `ce_chunk` positions at a time, row by row; 0: at once
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    "Sum over predicted tokens of cross-entropy x their row's weight, over the maskable tokens; and that count (a tensor)."
+    labels, w = batch['labels'], batch['row_weights']                             # (B, T), (B,)
+    B, T = labels.shape
+    kw = dict(is_causal=batch['is_causal'], document_ids=batch['document_ids'], layout=layout_of(batch))
+    at = batch.get('masked_positions')
+    at = labelled_positions(labels) if at is None else at                         # (n,) flat positions, ascending
+    picked = labels.flatten().index_select(0, at)                                 # (n,)
+    if ce_chunk:   # row r's positions are the slice [ends[r-1], ends[r]) of `at`
+        ends = batch.get('row_ends') or torch.bincount(at.cpu() // T, minlength=B).cumsum(0).tolist()
+        h = model(batch['input_ids'], head=False, **kw).hidden_states.flatten(0, 1).index_select(0, at)   # (n, hidden)
+        head = getattr(model, 'module', model).lm_head
+        total = sum(w[r] * (b - a) * chunked_cross_entropy(h[a:b], head.weight, picked[a:b], ce_chunk)
+                    for r, (a, b) in enumerate(zip([0] + ends[:-1], ends)) if b > a)
+        total = total + 0 * h.sum()   # a batch with nothing to predict still has a graph: its loss is 0, not a constant
+    else:
+        logits = model(batch['input_ids'], logits_index=at, **kw).logits.float()   # (n, V)
+        total = (F.cross_entropy(logits, picked, reduction='none') * w.index_select(0, at // T)).sum()
+    n = batch['loss_tokens']
+    return total / n.clamp(min=1), n
 
 # %% ../../nbs/pretraining/00_objectives.ipynb #599143c1
 def attention_span(document_ids: torch.Tensor,  # (B, T) packed-document index of each token (a CPU batch)

@@ -23,7 +23,7 @@ from ..base.optim import adamw, wsd_schedule
 from ..base.records import write_run_record
 from ..base.trackers import Trackers
 from ..data.corpus import EMBEDDED_SOURCES
-from ..data.token_store import TokenStore, open_store
+from ..data.token_store import EpochRows, TokenStore, budget_rows, open_store
 from ..data.tokenizers import load_tokenizer
 from ..model.checkpoints import check_finite_weights, load
 from ..model.memory import MEASURED
@@ -33,10 +33,11 @@ from .checks import CheckedPretrain, checked_pretrain, checkpoint_steps
 from .train_state import TrainState, load_training_state, recover_swaps, state_folder
 from ..protocol.paper import AdamW
 from ..protocol.runs import PretrainConfig, grad_accum, pretrain_run
-from ..protocol.schedules import Phase, switch_steps
+from ..protocol.schedules import Phase, parse_schedule, switch_steps
 
 # %% auto #0
-__all__ = ['HELDOUT_SEED', 'Run', 'heldout_rows_of', 'heldout_first_token', 'setup']
+__all__ = ['HELDOUT_SEED', 'Run', 'heldout_rows_of', 'measure_phases', 'heldout_first_token', 'unique_budget', 'check_budget',
+           'training_rows', 'setup']
 
 # %% ../../nbs/pretraining/03_setup.ipynb #3861a4f8
 def _tokenizer_for(cfg: PretrainConfig):
@@ -162,7 +163,7 @@ def _session(acc) -> str:
 # %% ../../nbs/pretraining/03_setup.ipynb #0e40fa62
 _SESSION_FIELDS = ('progress', 'stop_at_step', 'prefetch', 'log_every', 'save_every', 'checkpoint_steps', 'log_with',
                    'out_dir', 'store_dir', 'data_workers', 'device', 'attn_backend', 'compile', 'fsdp',
-                   'on_config_change', 'run_id', 'heldout_rows', 'heldout_every', 'save',
+                   'on_config_change', 'run_id', 'heldout_rows', 'heldout_every', 'heldout_measures', 'save',
                    'trust_state_from')   # how a session runs, not what it computes
 
 def _rows_per_step(config: dict, processes: int) -> int:
@@ -254,6 +255,20 @@ def heldout_rows_of(store_tokens: int, rows: int, seq_len: int) -> int:
     "The held-out rows a store of `store_tokens` tokens gives: `rows`, but never more than an eighth of its full rows."
     return min(rows, store_tokens // seq_len // 8)
 
+# %% ../../nbs/pretraining/03_setup.ipynb #3c230b46
+def measure_phases(cfg: PretrainConfig) -> list[Phase]:
+    """The plain phases of `heldout_measures` ('mdlm,mlm15' -> MDLM's bound, MLM's loss at 15%): the same held-out rows
+    scored the same way in every run that names them, whatever each run trains (a ratio left out takes `mask_ratio`)."""
+    phases = []
+    for label in filter(None, (s.strip() for s in (cfg.heldout_measures or '').split(','))):
+        try: p = parse_schedule(f'{label}:1', mask_ratio=cfg.mask_ratio)
+        except ConfigError as e: raise ConfigError(f'heldout_measures={cfg.heldout_measures!r}: {e}') from None
+        if len(p) != 1 or p[0].compound:
+            raise ConfigError(f'heldout_measures={cfg.heldout_measures!r}: {label!r} is not one plain phase; name objectives '
+                              f"with their ratio, e.g. 'clm', 'mdlm', 'mlm15'")
+        phases.append(p[0])
+    return phases
+
 # %% ../../nbs/pretraining/03_setup.ipynb #37be6f71
 def heldout_first_token(store_tokens: int, rows: int, seq_len: int) -> int:
     "Where the held-out rows begin: the store's last `heldout_rows_of(...)` full rows of `seq_len` tokens."
@@ -273,14 +288,39 @@ def _heldout_record(run: Run, end: int) -> dict | None:
     return dict(first_token=held, rows=run.heldout_rows, every=run.cfg.heldout_every, seed=HELDOUT_SEED,
                 read_in_training=end > held)
 
+# %% ../../nbs/pretraining/03_setup.ipynb #4a332f33
+def unique_budget(run: Run) -> int | None:
+    "The run's unique-token budget in whole rows' tokens (`unique_tokens`), or None: every token once."
+    return budget_rows(run.cfg.unique_tokens, run.cfg.seq_len) * run.cfg.seq_len if run.cfg.unique_tokens else None
+
+# %% ../../nbs/pretraining/03_setup.ipynb #113742bd
+def check_budget(run: Run) -> None:
+    "A unique-token budget ends before the held-out rows (no run reads them) and inside the store; refused otherwise."
+    if not (budget := unique_budget(run)): return
+    held = run.heldout_rows > 0
+    limit = heldout_first_token(len(run.store), run.cfg.heldout_rows, run.cfg.seq_len) if held else len(run.store)
+    if run.data_offset + budget > limit:
+        raise ConfigError(f'unique_tokens={run.cfg.unique_tokens:,} from data_offset={run.data_offset:,} ends at store token '
+                          f'{run.data_offset + budget:,}, past {limit:,} where {"the held-out rows begin" if held else "the store ends"}; '
+                          f'give at most {limit - run.data_offset:,} (or a larger store)')
+
+# %% ../../nbs/pretraining/03_setup.ipynb #33e3f4cf
+def training_rows(run: Run):
+    "`read(first_row, n)` of the run's training rows: the store from `data_offset` on, or its unique budget for epochs (`EpochRows`)."
+    if budget := unique_budget(run):
+        return EpochRows(run.store, run.data_offset, budget // run.cfg.seq_len, run.cfg.seq_len, run.cfg.seed)
+    return lambda first, n: run.store.rows(run.data_offset, first, n, run.cfg.seq_len)
+
 # %% ../../nbs/pretraining/03_setup.ipynb #b204221b
 def _data_record(run: Run, why: str) -> dict:
-    "The store and the token range this run reads; a loud warning if it runs past the store's end."
-    first, n = run.data_offset, len(run.store)
-    end = first + run.cfg.total_steps * run.rows_per_step * run.cfg.seq_len
+    "The store and the token range this run reads, its unique-token budget and epochs; a loud warning if it repeats data unasked."
+    first, n, budget = run.data_offset, len(run.store), unique_budget(run)
+    read = run.cfg.total_steps * run.rows_per_step * run.cfg.seq_len
+    end = first + (min(read, budget) if budget else read)
     record = dict(store=str(run.store.folder), store_id=run.store.store_id, store_tokens=n, source=run.store.manifest['source'],
-                  first_token=first, end_token=end, offset_from=why, epochs=round((end - first) / n, 4), repeats=end > n,
-                  heldout=_heldout_record(run, end))
+                  first_token=first, end_token=end, offset_from=why, epochs=round(read / (budget or n), 4),
+                  repeats=read > (budget or n), heldout=_heldout_record(run, end))
+    if budget: record.update(unique_tokens=budget, shuffle=f'rows reshuffled each epoch (seed {run.cfg.seed})')
     if end > n and run.is_main:
         msg = (f'run {run.run_id} reads store tokens {first:,} to {end:,} but the store holds {n:,} unique tokens: it '
                f'REPEATS DATA, {(end - first) / n:.2f} epochs. The paper trains on unique tokens: use a larger store.')
@@ -333,6 +373,7 @@ def setup(cfg: PretrainConfig | CheckedPretrain,  # a config, checked here; or o
     "Everything a run needs, built in a fixed order (checks, claim, data, folder, seed, model, processes, resume), and where it starts."
     checked = checked_pretrain(cfg)   # the one check of this process's config, unless its launcher made it
     cfg, phases = checked.cfg, list(checked.phases)
+    measure_phases(cfg)   # a bad measure is refused before any work
     acc = _accelerator(cfg)
     accumulation = grad_accum(cfg.global_batch, cfg.batch_size, acc.num_processes)   # refused here if it does not divide
     held = _claim_run(cfg, acc)
@@ -408,6 +449,7 @@ def _setup_claimed(cfg: PretrainConfig, acc, phases: list, accumulation: int, he
     _check_layout(run)
     state, extra = _resume(run)                   # after `prepare`: FSDP shards the weights the state is loaded into
     run.data_offset, why = _data_offset(cfg, store, extra)
+    check_budget(run)
     if run.is_main: _record(run, state, why, history, replaced, repairs)
     run.trackers = Trackers(cfg.log_with, run_id, folder/'logs', dataclasses.asdict(cfg), main=run.is_main)
     return run, state

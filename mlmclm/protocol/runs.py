@@ -84,6 +84,9 @@ class PretrainInputs:
     data_subset: str | None = param(None, f'fineweb-edu subset (None: {PRETRAIN.data_subset}, unique tokens for 54k steps)', name=True)
     data_offset: int | None = param(None, "first store token read: None continues after init_from's tokens (CPT), else 0; "
                                           "0 replays", low=0)
+    unique_tokens: int | None = param(None, 'a budget of unique store tokens from data_offset (whole rows), repeated '
+                                            'for as many epochs as total_steps reads, reshuffled by row each epoch; '
+                                            'None: every token once', low=1)
     store_dir: str | None = param(None, 'where token stores of sources are built and found (<project>/stores)', name=True)
     data_workers: int = param(1, "tokenizing processes when a finite source's store must be built", low=1)
 
@@ -117,6 +120,9 @@ class PretrainConfig(PretrainInputs):
                                   "full rows, masked alike in every run (0: none)", low=0)
     heldout_every: int | None = param(None, 'steps between held-out losses (and at the last step); None: an eighth of '
                                             'total_steps, at least heldout_rows / batch_size', low=1)
+    heldout_measures: str | None = param(None, "comma list of plain phases ('mdlm,mlm15') whose loss on the held-out "
+                                               "rows is logged beside the run's own (metrics.jsonl heldout_measures): "
+                                               "measures common to runs of different objectives")
     stop_at_step: int | None = param(None, 'end this session after this step (the run stays resumable)', low=1)
     device: str | None = param(None, "'cpu', 'cuda', ...; None picks")
     fsdp: bool = param(False, 'shard weights, gradients and optimizer state over the processes (FSDP2; 610m/1b)')
@@ -162,7 +168,7 @@ def grad_accum(global_batch: int | None,  # rows per optimizer step, all process
 # %% ../../nbs/protocol/04_runs.ipynb #e0a1a2cb
 # they change how a run goes, not its numbers
 _NOT_IN_RUN_ID = ('progress', 'stop_at_step', 'run_id', 'prefetch', 'store_dir', 'data_workers', 'fsdp', 'on_config_change',
-                  'heldout_rows', 'heldout_every', 'save', 'trust_state_from', 'log_with')
+                  'heldout_rows', 'heldout_every', 'heldout_measures', 'save', 'trust_state_from', 'log_with')
 
 def default_run_id(cfg: PretrainConfig) -> str:
     "A readable, config-specific folder name: size, schedule, steps and a hash of the fields set off their defaults."

@@ -14,30 +14,54 @@ from dataclasses import dataclass
 from ..base.configs import ConfigError
 
 # %% auto #0
-__all__ = ['OBJECTIVES', 'Objective', 'objective_of', 'Component', 'compound_label', 'compound_parts', 'Phase', 'parse_schedule',
-           'phase_at', 'drawn_phase', 'switch_steps']
+__all__ = ['RATE_FLOOR', 'RATES', 'WEIGHTS', 'OBJECTIVES', 'Objective', 'objective_of', 'Component', 'compound_label',
+           'compound_parts', 'Phase', 'parse_schedule', 'phase_at', 'drawn_phase', 'switch_steps']
 
 # %% ../../nbs/protocol/00_schedules.ipynb #405ae61a
+RATE_FLOOR = 1e-3   # a drawn ratio t is uniform in [RATE_FLOOR, 1): 1/t stays at most 1000 (LLaDA's and SMDM's ε)
+RATES = {'uniform': f'U({RATE_FLOOR:g}, 1) per row'}   # how an objective may draw its ratio per row (`Objective.rate`)
+WEIGHTS = {'mean': 'the mean cross-entropy of the predicted tokens',
+           'inverse_rate': "each predicted token's cross-entropy times 1/t, summed and divided by the maskable tokens"}
+
 @dataclass(frozen=True)
 class Objective:
     "One pretraining objective: what the trainer, the names, the cost model and the figures need to know of it."
-    name: str          # its spelling in schedules and run names; a masked objective adds the ratio: 'mlm40'
+    name: str          # its spelling in schedules and run names (letters only); a fixed ratio is added: 'mlm40'
     title: str         # how figures and tables write it
     causal: bool       # causal attention, else bidirectional
-    masked: bool       # corrupts a share of the tokens (the mask ratio) and predicts only those
+    masked: bool       # corrupts the share of the tokens its phase fixes (the mask ratio, named) and predicts only those
     next_token: bool   # the target of position i is token i+1 (CLM, MNTP), else token i (MLM)
     source: str        # where it comes from
+    corruption: str = 'iid'    # which tokens a corrupting objective picks: a row of `mlmclm.pretraining.objectives.CORRUPTIONS`
+    rate: str | None = None    # a key of `RATES`: corrupts at a ratio drawn per row, not named ('mdlm'); None: fixed or none
+    weight: str = 'mean'       # a key of `WEIGHTS`: how the predicted tokens' losses make the batch's loss
+
+    def __post_init__(self):   # a row that cannot work fails when the table is read, naming the bad field
+        if self.rate is not None and self.rate not in RATES:
+            raise ConfigError(f'objective {self.name!r}: rate={self.rate!r}; choose from None, {", ".join(map(repr, RATES))}')
+        if self.weight not in WEIGHTS:
+            raise ConfigError(f'objective {self.name!r}: weight={self.weight!r}; choose from {", ".join(map(repr, WEIGHTS))}')
+        if self.masked and self.rate: raise ConfigError(f'objective {self.name!r}: a fixed mask ratio (masked=True) or a drawn one (rate), not both')
+        if self.weight == 'inverse_rate' and not self.rate:
+            raise ConfigError(f"objective {self.name!r}: weight='inverse_rate' needs a ratio drawn per row (rate)")
+        if not re.fullmatch('[a-z]+', self.name): raise ConfigError(f'objective name {self.name!r}: lowercase letters only')
+
+    @property
+    def corrupts(self) -> bool:
+        "Corrupts tokens and predicts only those, at a fixed ratio (`masked`) or one drawn per row (`rate`)."
+        return self.masked or self.rate is not None
 
     def label(self, mask_ratio: float | None = None) -> str:
-        "Its spelling in phases and run names: 'clm', 'mlm40'."
+        "Its spelling in phases and run names: 'clm', 'mlm40', 'mdlm'."
         return f'{self.name}{round(mask_ratio * 100)}' if self.masked else self.name
 
     def head_share(self, mask_ratio: float, sparse_head: bool = True) -> float:
-        "The share of positions the LM head runs on: the masked ones under a sparse head, else all."
-        return mask_ratio if self.masked and sparse_head else 1.0
+        "The share of positions the LM head runs on: the corrupted ones under a sparse head (a drawn ratio: its mean), else all."
+        if not (self.corrupts and sparse_head): return 1.0
+        return mask_ratio if self.masked else (1 + RATE_FLOOR) / 2
 
     def legend(self, mask_ratio: float | None = None) -> str:
-        "How a figure's legend writes it: 'CLM', 'MLM-40'."
+        "How a figure's legend writes it: 'CLM', 'MLM-40', 'MDLM'."
         return f'{self.title}-{round(mask_ratio * 100)}' if self.masked else self.title
 
 # %% ../../nbs/protocol/00_schedules.ipynb #9bf153e6
@@ -46,6 +70,12 @@ OBJECTIVES = {o.name: o for o in [
     Objective('mlm', 'MLM', causal=False, masked=True, next_token=False, source='the paper (BERT-style pretraining)'),
     Objective('mntp', 'MNTP', causal=False, masked=True, next_token=True,
               source='LLM2Vec (arXiv 2404.05961) and BidirLM (arXiv 2604.02045); not in the paper'),
+    Objective('span', 'Span-MLM', causal=False, masked=True, next_token=False, corruption='span',
+              source='SpanBERT (arXiv 1907.10529), T5 (arXiv 1910.10683); not in the paper'),
+    Objective('vmlm', 'VMLM', causal=False, masked=False, next_token=False, rate='uniform',
+              source="MDLM's masking without its weight: the critique's control of the masking rate; not in the paper"),
+    Objective('mdlm', 'MDLM', causal=False, masked=False, next_token=False, rate='uniform', weight='inverse_rate',
+              source='MDLM (arXiv 2406.07524), LLaDA (arXiv 2502.09992); not in the paper'),
 ]}
 
 
@@ -84,6 +114,10 @@ class Component:
 # %% ../../nbs/protocol/00_schedules.ipynb #617576e0
 _PART = re.compile(r'(\d+)?([a-z]+?)(\d+(?:to\d+)*)?')
 
+def _no_ratio(obj: Objective) -> str:
+    "Why a ratio written after `obj`'s name is refused."
+    return f'{obj.name} takes no mask ratio' + (f' (it draws one per row: {RATES[obj.rate]})' if obj.rate else '')
+
 def _read_part(text: str, label: str, mixture: bool, mask_ratio: float | None) -> Component:
     m = _PART.fullmatch(text)
     if not m: raise ConfigError(f'phase {label!r}: cannot read {text!r}; write parts like 50clm, 50mlm40 or mlm30to5')
@@ -96,7 +130,7 @@ def _read_part(text: str, label: str, mixture: bool, mask_ratio: float | None) -
     if weight and not mixture:
         raise ConfigError(f"phase {label!r}: a weight belongs to a part of a mixture ('50clm+50mlm40'); one objective "
                           f"takes all the micro-batches")
-    if stops and not obj.masked: raise ConfigError(f'phase {label!r}: {obj.name} takes no mask ratio')
+    if stops and not obj.masked: raise ConfigError(f'phase {label!r}: {_no_ratio(obj)}')
     ratios = tuple(int(s) / 100 for s in stops.split('to')) if stops else (mask_ratio,) if obj.masked else ()
     if obj.masked and ratios == (None,):
         raise ConfigError(f'phase {label!r}: {text!r} names no mask ratio; write it, e.g. {text}40')
@@ -229,7 +263,7 @@ def _phase_list(schedule: str, mask_ratio: float) -> list[Phase]:
                               f"'clm:10000,mlm:32000' or 'mlm30:2000', a mixture '50clm+50mlm40:2000' or a moving "
                               f"ratio 'mlm30to5:2000'")
         obj, ratio, steps = OBJECTIVES[m.group(1)], m.group(2), int(m.group(3))
-        if ratio and not obj.masked: raise ConfigError(f'phase {part.strip()!r}: {obj.name} takes no mask ratio')
+        if ratio and not obj.masked: raise ConfigError(f'phase {part.strip()!r}: {_no_ratio(obj)}')
         if steps < 1: raise ConfigError(f'phase {part.strip()!r} has no steps')
         phases.append(Phase(obj.name, steps, (int(ratio) / 100 if ratio else mask_ratio) if obj.masked else None))
     return phases

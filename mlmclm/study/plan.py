@@ -15,7 +15,7 @@ from pathlib import Path
 from ..base.configs import ConfigError
 from ..base.files import assets_dir
 from ..base.hardware import PEAK_FLOPS, PLANNER_GPU
-from ..model.sizes import MODEL_SIZES, flops_per_token, model_config, param_counts
+from ..model.sizes import MODEL_SIZES, OUTSIDE_MODELS, flops_per_token, model_config, param_counts
 from ..protocol.finetuning import FINETUNE, PROTOCOL_AXES, check_protocol_axes
 from ..protocol.paper import (EMBEDDED_TASKS, PAPER_DATASETS, PAPER_LRS, PAPER_SEEDS, PAPER_TASKS, PRETRAIN,
                                    paper_experiments)
@@ -26,13 +26,13 @@ from ..tasks.registry import EXAMPLE_TEXTS, TASKS
 
 # %% auto #0
 __all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERMEDIATE', 'ABLATION_CHECKPOINTS', 'PROTOCOL_GRID',
-           'MERGE_WEIGHTS', 'CPT_START', 'ETTIN_SHAPES', 'OUTSIDE_MODELS', 'PRESETS', 'PlannedRun', 'EvalPoint',
-           'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets', 'paper_plan', 'Costs', 'run_flops',
-           'task_of', 'dataset_family', 'finetune_examples', 'finetune_flops_by_size', 'finetune_flops', 'body_params',
-           'estimate', 'shipped_examples', 'finetune_steps', 'run_tokens', 'select', 'demo_experiments', 'demo_plan',
-           'protocol_ablation_plan', 'precision_ablation_plan', 'Merge', 'merge_name', 'merging_plan', 'merge_dir',
-           'point_checkpoint', 'checkpoint_dir', 'pretrain_params', 'cpt_objectives_plan', 'OutsideModel',
-           'outside_plan', 'get_plan', 'point_runs', 'finetune_jobs']
+           'MERGE_WEIGHTS', 'CPT_START', 'PRESETS', 'DIFFUSION_OBJECTIVES', 'DIFFUSION_EPOCHS', 'PlannedRun',
+           'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets', 'paper_plan', 'Costs',
+           'run_flops', 'task_of', 'dataset_family', 'finetune_examples', 'finetune_flops_by_size', 'finetune_flops',
+           'body_params', 'estimate', 'shipped_examples', 'finetune_steps', 'run_tokens', 'select', 'demo_experiments',
+           'demo_plan', 'protocol_ablation_plan', 'precision_ablation_plan', 'Merge', 'merge_name', 'merging_plan',
+           'merge_dir', 'point_checkpoint', 'checkpoint_dir', 'pretrain_params', 'cpt_objectives_plan', 'outside_plan',
+           'get_plan', 'diffusion_plan', 'point_runs', 'finetune_jobs']
 
 # %% ../../nbs/study/00_plan.ipynb #59d3ae7e
 @dataclass
@@ -535,37 +535,7 @@ def cpt_objectives_plan(start: tuple = CPT_START,          # (released name, hub
     plan.evals.insert(0, EvalPoint(name, None, spec.total_steps, tuple(datasets), source=source))
     return plan
 
-# %% ../../nbs/study/00_plan.ipynb #46ca56ba
-@dataclass(frozen=True)
-class OutsideModel:
-    "A model from outside the study that a plan fine-tunes: its hub id, and its shape with where the shape is written."
-    name: str           # its hub id: the checkpoint and the name in the results
-    kind: str           # 'encoder' (MLM) or 'decoder' (CLM)
-    layers: int
-    hidden: int
-    intermediate: int   # the GLU's inner width
-    heads: int
-    source: str         # where these numbers come from
-    vocab: int = 50368  # ModernBERT's tokenizer (Ettin's too)
-
-    @property
-    def body_params(self) -> int:
-        "ModernBERT's body: per layer 4 H^2 (QKV, output) + 3 H I (GLU) + 2 H (two LayerNorms, no biases), + H (embedding norm)."
-        h, i = self.hidden, self.intermediate
-        return self.layers * (4 * h * h + 3 * h * i + 2 * h) + h
-
-# %% ../../nbs/study/00_plan.ipynb #c4d3fb27
-_ETTIN = 'github.com/JHU-CLSP/ettin-encoder-vs-decoder (commit 6cbf954): README "Model Architecture" and pretraining/configs/standard/<size>/'
-_MODERNBERT = 'huggingface.co/answerdotai/ModernBERT-{}/config.json; the shapes of Ettin\'s {} configs'
-ETTIN_SHAPES = {'17m': (7, 256, 384, 4), '32m': (10, 384, 576, 6), '68m': (19, 512, 768, 8), '150m': (22, 768, 1152, 12),
-                '400m': (28, 1024, 2624, 16), '1b': (28, 1792, 3840, 28)}   # layers, hidden, intermediate, heads
-OUTSIDE_MODELS = {m.name: m for m in [
-    *(OutsideModel(f'jhu-clsp/ettin-{kind}-{size}', kind, *shape, source=_ETTIN)
-      for kind in ('encoder', 'decoder') for size, shape in ETTIN_SHAPES.items()),
-    OutsideModel('answerdotai/ModernBERT-base', 'encoder', 22, 768, 1152, 12, source=_MODERNBERT.format('base', '150m (base)')),
-    OutsideModel('answerdotai/ModernBERT-large', 'encoder', 28, 1024, 2624, 16, source=_MODERNBERT.format('large', '400m (large)'))]}
-
-
+# %% ../../nbs/study/00_plan.ipynb #0a7s1de0
 def outside_plan(models: tuple = tuple(OUTSIDE_MODELS),   # hub ids of OUTSIDE_MODELS
                  datasets: tuple = PAPER_TASKS, lrs: tuple = PAPER_LRS, seeds: tuple = PAPER_SEEDS) -> StudyPlan:
     "Fine-tune models from outside the study under the paper's protocol (its datasets, LRs and seeds); no pretraining."
@@ -586,6 +556,30 @@ PRESETS = {'paper': paper_plan, 'paper-15120': lambda: paper_plan(intermediate='
 def get_plan(preset: str) -> StudyPlan:
     if preset not in PRESETS: raise ConfigError(f'unknown preset {preset!r}; choose one of {list(PRESETS)}')
     return PRESETS[preset]()
+
+# %% ../../nbs/study/00_plan.ipynb #75ec13c5
+DIFFUSION_OBJECTIVES = ('clm', 'mlm40', 'vmlm', 'mdlm')   # the arms of issue 47
+DIFFUSION_EPOCHS = (1, 10, 25, 100)                     # repeats of the unique budget over a run's tokens
+
+def diffusion_plan(epochs: int = 1,                     # reads of the unique budget over each run (1: all unique)
+                   sizes: tuple = ('610m',), objectives: tuple = DIFFUSION_OBJECTIVES, steps: int = 42000,
+                   datasets: tuple = intermediate_datasets(), lrs: tuple = PAPER_LRS, seeds: tuple = PAPER_SEEDS) -> StudyPlan:
+    "Each objective for `steps` on `1/epochs` of its tokens as unique data, read `epochs` times; with 1 epoch, the CPT arm too."
+    if epochs < 1: raise ConfigError(f'epochs={epochs} must be >= 1')
+    names = [f'{size}-{o}-{steps // 1000}k' for size in sizes for o in objectives]
+    tokens = steps * PRETRAIN.global_batch * PRETRAIN.seq_len
+    cpt = cpt_objectives_plan(objectives=('mlm', 'mntp', 'mdlm'), datasets=datasets, lrs=lrs, seeds=seeds) if epochs == 1 else None
+    experiments = {'diffusion': names, **({'CPT-diffusion': [r for r in cpt.runs]} if cpt else {})}
+    plan = build_plan(f'diffusion-{epochs}ep', experiments, tuple(datasets), tuple(datasets), lrs, seeds,
+                      starts={CPT_START[0]: CPT_START[1]}, pretrain_overrides={} if epochs == 1 else
+                      dict(unique_tokens=tokens // epochs),
+                      note=f'{", ".join(objectives)} for {steps:,} steps on {tokens / epochs / 1e9:.3g}B unique tokens read '
+                           f'{epochs} time(s); a study of its own (names do not carry the budget)')
+    if cpt: plan.evals.insert(0, cpt.evals[0])   # the released start, fine-tuned as it is
+    return plan
+
+# %% ../../nbs/study/00_plan.ipynb #5e7e9c9c
+PRESETS.update({f'diffusion-{e}ep': functools.partial(diffusion_plan, e) for e in DIFFUSION_EPOCHS})
 
 # %% ../../nbs/study/00_plan.ipynb #89e2a2f9
 def point_runs(plan: StudyPlan, e: EvalPoint) -> list[FinetuneRun]:

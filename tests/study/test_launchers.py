@@ -108,10 +108,10 @@ def test_a_preset_and_a_passed_default_value_both_count(tmp_path):
 # ---------------------------------------------------------------- the design card's line, for real
 PRETRAIN_VALUES = dict(schedule='biphasic', clm_steps=3, total_steps=6, mask_ratio=0.3, replace_mask=0.8,
                        replace_random=0.1, replace_keep=0.1, tokenizer='embedded', data='embedded',
-                       data_subset='sample-10BT', data_offset=64, data_workers=2, seq_len=32, global_batch=4, batch_size=2,
+                       data_subset='sample-10BT', data_offset=64, unique_tokens=320, data_workers=2, seq_len=32, global_batch=4, batch_size=2,
                        lr=1e-3, warmup_steps=1, decay_steps=2, weight_decay=0.05, adam_beta1=0.8, adam_beta2=0.9,
                        adam_eps=1e-6, grad_clip=0.5, seed=7, run_id='pm', checkpoint_steps='2', save_every=5,
-                       log_every=1, heldout_rows=8, heldout_every=2, stop_at_step=5, device='cpu', attn_backend='eager', sparse_head=False, ce_chunk=16,
+                       log_every=1, heldout_rows=8, heldout_every=2, heldout_measures='mdlm,mlm15', stop_at_step=5, device='cpu', attn_backend='eager', sparse_head=False, ce_chunk=16,
                        prefetch=0, gradient_checkpointing=True, progress=False, on_config_change='force_new',
                        trust_state_from='any')
 # left at their defaults here, each for a reason (the test above passes every one of them): a larger model or

@@ -8,7 +8,8 @@ import torch
 from mlmclm.protocol.finetuning import PROTOCOL_AXES
 from mlmclm.protocol.paper import PAPER_LRS, PAPER_SEEDS, PAPER_TASKS
 from mlmclm.study.launchers import finetune_params
-from mlmclm.study.plan import OUTSIDE_MODELS, body_params, finetune_flops_by_size, get_plan, point_runs
+from mlmclm.model.sizes import OUTSIDE_MODELS
+from mlmclm.study.plan import body_params, finetune_flops_by_size, get_plan, point_runs
 
 
 @pytest.mark.parametrize('name', sorted(OUTSIDE_MODELS))
