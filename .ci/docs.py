@@ -183,7 +183,28 @@ def numerics(what: str) -> str:
     raise KeyError(f'{{{{numerics {what}}}}}: no such number; known: claims, scores, losses')
 
 
-NUMBERS = {'numerics': numerics, 'timing': timing, 'timing_range': timing_range, 'pretrain_loss': pretrain_loss, 'scores_table': scores_table,
+DIFFUSION = ROOT/'figures'/'diffusion'   # the data-constrained experiment of issue 47 (mlmclm.study.diffusion)
+DIFFUSION_LABELS = {'clm': 'CLM', 'mlm40': 'MLM-40', 'vmlm': 'variable-rate MLM', 'mdlm': 'MDLM'}
+
+
+def diffusion(what: str) -> str:
+    """The data-constrained experiment in words, from `figures/diffusion/` (the NLL per token on held-out rows, `nll`:
+    exact for CLM, the MDLM bound for the others): 'setup', 'best' (each objective's best epoch and value with the seeds'
+    range) or 'last' (the values at the last epoch)."""
+    import pandas as pd
+    s = json.loads((DIFFUSION/'experiment.json').read_text(encoding='utf-8'))['settings']
+    if what == 'setup':
+        timing = json.loads((DIFFUSION/'experiment.json').read_text(encoding='utf-8'))['timing']
+        return (f"{s['unique_rows'] * s['seq_len']:,} unique tokens read {s['epochs']} times by a `{s['size']}` model, "
+                f"{len(s['seeds'])} seeds; {timing['wall_s'] / 60:.0f} minutes with {timing['workers']} workers")
+    t = pd.read_csv(DIFFUSION/'summary.csv').query("measure == 'nll'").set_index('objective')
+    if what not in ('best', 'last'): raise KeyError(f'{{{{diffusion {what}}}}}: no such number; known: setup, best, last')
+    cell = lambda o: (f"{t.loc[o, what]:.2f} [{t.loc[o, what + '_low']:.2f}, {t.loc[o, what + '_high']:.2f}]"
+                      + (f" at epoch {int(t.loc[o, 'best_epoch'])}" if what == 'best' else ''))
+    return ', '.join(f'{DIFFUSION_LABELS.get(o, o)} {cell(o)}' for o in t.index)
+
+
+NUMBERS = {'numerics': numerics, 'diffusion': diffusion, 'timing': timing, 'timing_range': timing_range, 'pretrain_loss': pretrain_loss, 'scores_table': scores_table,
            'intermediate_tasks': intermediate_tasks, 'count': count, 'directions': directions_summary}
 
 

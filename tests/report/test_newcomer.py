@@ -114,3 +114,14 @@ def test_the_verdicts_stated_are_those_that_hold_under_both_numerics():
     assert f'{int(claims.robust.sum())} of {len(claims)} hold under both' in demo
     for claim in claims[~claims.robust].claim: assert f'"{claim}"' in demo, claim
     with pytest.raises(KeyError, match='numerics nonsense'): docs.numerics('nonsense')
+
+
+def test_the_readmes_diffusion_numbers_are_those_of_the_committed_experiment():
+    "Issue 47: the README's held-out NLLs are figures/diffusion/summary.csv's, each objective with its seeds' range."
+    summary = pd.read_csv(ROOT/'figures'/'diffusion'/'summary.csv').query("measure == 'nll'").set_index('objective')
+    readme = (ROOT/'README.md').read_text(encoding='utf-8')
+    for what in ('setup', 'best', 'last'): assert docs.diffusion(what) in readme, what
+    clm, mdlm = summary.loc['clm'], summary.loc['mdlm']
+    assert f"CLM {clm['last']:.2f} [{clm.last_low:.2f}, {clm.last_high:.2f}]" in readme
+    assert f"MDLM {mdlm.best:.2f} [{mdlm.best_low:.2f}, {mdlm.best_high:.2f}] at epoch {int(mdlm.best_epoch)}" in readme
+    with pytest.raises(KeyError, match='diffusion nonsense'): docs.diffusion('nonsense')
