@@ -18,10 +18,8 @@ HERE = Path(__file__).parent
 # the tests that read the two tables, each whole but for one resumed training run of the schedules room (32 s)
 SUITES = ['tests/tasks/test_registry.py', 'tests/pretraining/test_objectives.py', 'tests/protocol/test_schedules.py']
 SKIP = 'not resumed_mid_phase'
-# the tables' own notebooks, run with the toy row written into the table (the objective table's,
-# nbs/protocol/00_schedules.ipynb, pins its rows until the two one-line fixes named in the report of issue 43 item 4
-# land there; then it belongs here)
-TABLE_NOTEBOOKS = ['nbs/tasks/02_registry.ipynb']
+# the tables' own notebooks, run with the toy row written into the table
+TABLE_NOTEBOOKS = ['nbs/tasks/02_registry.ipynb', 'nbs/protocol/00_schedules.ipynb']
 # notebooks that import a table and list its rows in an error, run with the rows added (7 minutes on 2 cores: `slow`)
 READING_NOTEBOOKS = [pytest.param('nbs/bench/00_throughput.ipynb', marks=pytest.mark.slow)]
 
