@@ -39,3 +39,18 @@ def own_rows(name=OWN, run_id='tiny-clm0.25-mlm-336-1a2b3c', phases=BIPHASIC, st
             if record: row.update(pretrain_run_id=run_id, pretrain_step=step, pretrain_phases=phases, pretrain_init_from=None)
             rows.append(row)
     return rows
+
+
+BUDGET = dict(batch_size=8, max_length=128, packing=True, max_eval_examples=None)   # the fourth attack's fine-tuning budget
+
+
+def attack_store(store, systems, seeds=(0, 1, 2), n=200, p=None, **extra):
+    "The fourth attack's `mk`: rows of `systems` on sst2 at one LR, with per-example test scores of mean p[system]."
+    import numpy as np
+    rng = np.random.default_rng(len(systems) + n)
+    rows = [dict(checkpoint_name=s, dataset='sst2', family='SC', lr=1e-4, seed=k, val_score=m, test_score=m,
+                 test_scores_i=a.tolist(), **extra)
+            for i, s in enumerate(systems) for k in seeds
+            for a in [(rng.random(n) < (p or {}).get(s, .5 + .02 * i)).astype(float)] for m in [float(a.mean())]]
+    with res.StoreWriter(store) as w: w.append(rows)
+    return store

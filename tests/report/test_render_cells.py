@@ -6,25 +6,15 @@ import contextlib
 import io
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pytest
 
 import mlmclm.report.render as render
 import mlmclm.results.store as res
 from mlmclm.base.configs import ConfigError
+from result_rows import BUDGET, attack_store
 
-BUDGET = dict(batch_size=8, max_length=128, packing=True, max_eval_examples=None)
-
-
-def mk(store, systems, seeds=(0, 1, 2), n=50, p=None, **extra):
-    "The attack's `mk`: rows of `systems` on sst2 at one LR, with per-example test scores of mean p[system]."
-    rng = np.random.default_rng(len(systems) + n)
-    rows = [dict(checkpoint_name=s, dataset='sst2', family='SC', lr=1e-4, seed=k, val_score=m, test_score=m,
-                 test_scores_i=a.tolist(), **extra)
-            for i, s in enumerate(systems) for k in seeds
-            for a in [(rng.random(n) < (p or {}).get(s, .5 + .02 * i)).astype(float)] for m in [float(a.mean())]]
-    with res.StoreWriter(store) as w: w.append(rows)
-    return store
+def mk(store, systems, n=50, **kw):
+    return attack_store(store, systems, n=n, **kw)
 
 
 def figures_cli(*args) -> tuple[int, str, str]:
