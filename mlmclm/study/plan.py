@@ -28,11 +28,11 @@ from ..tasks.registry import EXAMPLE_TEXTS, TASKS
 __all__ = ['INTERMEDIATE', 'DEMO_SCALE', 'DEMO_LRS', 'DEMO_SEEDS', 'DEMO_INTERMEDIATE', 'ABLATION_CHECKPOINTS', 'PROTOCOL_GRID',
            'MERGE_WEIGHTS', 'CPT_START', 'PRESETS', 'DIFFUSION_OBJECTIVES', 'DIFFUSION_EPOCHS', 'PlannedRun',
            'EvalPoint', 'branch_step', 'StudyPlan', 'build_plan', 'intermediate_datasets', 'paper_plan', 'Costs',
-           'run_flops', 'task_of', 'dataset_family', 'finetune_examples', 'finetune_flops_by_size', 'finetune_flops',
-           'body_params', 'estimate', 'shipped_examples', 'finetune_steps', 'run_tokens', 'select', 'demo_experiments',
-           'demo_plan', 'protocol_ablation_plan', 'precision_ablation_plan', 'Merge', 'merge_name', 'merging_plan',
-           'merge_dir', 'point_checkpoint', 'checkpoint_dir', 'pretrain_params', 'cpt_objectives_plan', 'outside_plan',
-           'get_plan', 'diffusion_plan', 'point_runs', 'finetune_jobs']
+           'run_flops', 'task_of', 'dataset_family', 'finetune_examples', 'body_params', 'shipped_examples',
+           'finetune_steps', 'run_tokens', 'finetune_flops_by_size', 'finetune_flops', 'estimate', 'select',
+           'demo_experiments', 'demo_plan', 'protocol_ablation_plan', 'precision_ablation_plan', 'Merge', 'merge_name',
+           'merging_plan', 'merge_dir', 'point_checkpoint', 'checkpoint_dir', 'pretrain_params', 'cpt_objectives_plan',
+           'outside_plan', 'get_plan', 'diffusion_plan', 'point_runs', 'finetune_jobs']
 
 # %% ../../nbs/study/00_plan.ipynb #59d3ae7e
 @dataclass
@@ -137,6 +137,18 @@ class StudyPlan:
                     protocol_cells=len({e.protocol for e in self.evals}),
                     finetuning_runs=sum(1 for _ in self.finetune_runs()))
 
+# %% ../../nbs/study/00_plan.ipynb #32c7f28a
+def _dependency_order(runs: dict) -> dict:
+    done, order = set(), {}
+    def visit(name, trail=()):
+        if name in done: return
+        if name in trail: raise ValueError(f'dependency cycle through {name}')
+        parent = runs[name].parent
+        if parent: visit(parent, trail + (name,))
+        done.add(name); order[name] = runs[name]
+    for name in sorted(runs, key=lambda n: (runs[n].spec.size, n)): visit(name)
+    return order
+
 # %% ../../nbs/study/00_plan.ipynb #ab76e4eb
 def build_plan(preset: str, experiments: dict[str, list[str]], datasets_final: tuple, datasets_intermediate: tuple,
                lrs: tuple, seeds: tuple, warmup: int = 2000, decay: int = 2000,
@@ -175,18 +187,6 @@ def build_plan(preset: str, experiments: dict[str, list[str]], datasets_final: t
             runs[parent].keep_steps.add(step)
     return StudyPlan(preset, _dependency_order(runs), sorted(evals.values(), key=lambda e: (e.run, e.step)),
                      tuple(lrs), tuple(seeds), warmup_steps=warmup, decay_steps=decay, **extra)
-
-# %% ../../nbs/study/00_plan.ipynb #32c7f28a
-def _dependency_order(runs: dict) -> dict:
-    done, order = set(), {}
-    def visit(name, trail=()):
-        if name in done: return
-        if name in trail: raise ValueError(f'dependency cycle through {name}')
-        parent = runs[name].parent
-        if parent: visit(parent, trail + (name,))
-        done.add(name); order[name] = runs[name]
-    for name in sorted(runs, key=lambda n: (runs[n].spec.size, n)): visit(name)
-    return order
 
 # %% ../../nbs/study/00_plan.ipynb #7c4eb0c5
 def intermediate_datasets() -> tuple:
@@ -266,24 +266,6 @@ def _training_tokens(training: str, costs: Costs) -> int:
     "Tokens of a typical training example of the task `training`: its family's, cut at the task's token limit."
     return min(costs.example_tokens[dataset_family(training)], task_of(training).max_length)
 
-# %% ../../nbs/study/00_plan.ipynb #615b657b
-def finetune_flops_by_size(plan: StudyPlan, costs: Costs = Costs()) -> dict[str, float]:
-    "Fine-tuning FLOPs of the grid per model size (a retriever trained once for the evaluation sets it serves)."
-    total = {}
-    for e in plan.evals:
-        size = _eval_size(plan, e)
-        trainings = {task_of(d).train_on or d for d in e.datasets}
-        for t in sorted(trainings):
-            flops = 6 * body_params(size) * run_tokens(plan, t, costs) * len(plan.lrs) * len(plan.seeds)
-            total[size] = total.get(size, 0.0) + flops
-    return {s: total[s] for s in sorted(total, key=lambda s: (s not in SIZE_ORDER, SIZE_ORDER.index(s) if s in SIZE_ORDER
-                                                                else body_params(s)))}   # outside models after, by size
-
-# %% ../../nbs/study/00_plan.ipynb #9fe1a82f
-def finetune_flops(plan: StudyPlan, costs: Costs = Costs()) -> float:
-    "Fine-tuning FLOPs of the whole grid."
-    return sum(finetune_flops_by_size(plan, costs).values())
-
 # %% ../../nbs/study/00_plan.ipynb #74e8040e
 def body_params(size: str,   # a key of MODEL_SIZES, or the hub id of a model of OUTSIDE_MODELS
                ) -> int:
@@ -291,17 +273,6 @@ def body_params(size: str,   # a key of MODEL_SIZES, or the hub id of a model of
     if size in MODEL_SIZES: return param_counts(size)['body']
     if size in OUTSIDE_MODELS: return OUTSIDE_MODELS[size].body_params   # (the `outside` preset's models, below)
     raise ConfigError(f'size={size!r}: neither a size of {list(MODEL_SIZES)} nor a model of OUTSIDE_MODELS')
-
-# %% ../../nbs/study/00_plan.ipynb #d578d131
-def estimate(plan: StudyPlan, costs: Costs = Costs()):
-    "One row per pretraining run (steps trained, FLOPs, GPU-hours), plus the fine-tuning grid and totals."
-    import pandas as pd
-    rows = [dict(run=r.name, size=r.spec.size, parent=r.parent, steps_trained=round((r.total_steps - r.first_step) * plan.step_scale),
-                 flops=run_flops(plan, r, costs)) for r in plan.runs.values()]
-    rows.append(dict(run='(fine-tuning grid)', size='', parent=None, steps_trained=0, flops=finetune_flops(plan, costs)))
-    df = pd.DataFrame(rows)
-    df['gpu_hours'] = df.flops / (costs.peak_flops * costs.mfu) / 3600
-    return df
 
 # %% ../../nbs/study/00_plan.ipynb #6e480ac3
 def _sequences(kind: str, example: dict) -> list[str]:
@@ -343,6 +314,35 @@ def run_tokens(plan: StudyPlan, training: str, costs: Costs = Costs()) -> float:
     if shipped is None: return finetune_examples(plan, costs) * _training_tokens(training, costs)
     n, per_example = shipped
     return finetune_steps(plan, training, n, costs) * (costs.finetune_batch or cfg.batch_size) * per_example
+
+# %% ../../nbs/study/00_plan.ipynb #615b657b
+def finetune_flops_by_size(plan: StudyPlan, costs: Costs = Costs()) -> dict[str, float]:
+    "Fine-tuning FLOPs of the grid per model size (a retriever trained once for the evaluation sets it serves)."
+    total = {}
+    for e in plan.evals:
+        size = _eval_size(plan, e)
+        trainings = {task_of(d).train_on or d for d in e.datasets}
+        for t in sorted(trainings):
+            flops = 6 * body_params(size) * run_tokens(plan, t, costs) * len(plan.lrs) * len(plan.seeds)
+            total[size] = total.get(size, 0.0) + flops
+    return {s: total[s] for s in sorted(total, key=lambda s: (s not in SIZE_ORDER, SIZE_ORDER.index(s) if s in SIZE_ORDER
+                                                                else body_params(s)))}   # outside models after, by size
+
+# %% ../../nbs/study/00_plan.ipynb #9fe1a82f
+def finetune_flops(plan: StudyPlan, costs: Costs = Costs()) -> float:
+    "Fine-tuning FLOPs of the whole grid."
+    return sum(finetune_flops_by_size(plan, costs).values())
+
+# %% ../../nbs/study/00_plan.ipynb #d578d131
+def estimate(plan: StudyPlan, costs: Costs = Costs()):
+    "One row per pretraining run (steps trained, FLOPs, GPU-hours), plus the fine-tuning grid and totals."
+    import pandas as pd
+    rows = [dict(run=r.name, size=r.spec.size, parent=r.parent, steps_trained=round((r.total_steps - r.first_step) * plan.step_scale),
+                 flops=run_flops(plan, r, costs)) for r in plan.runs.values()]
+    rows.append(dict(run='(fine-tuning grid)', size='', parent=None, steps_trained=0, flops=finetune_flops(plan, costs)))
+    df = pd.DataFrame(rows)
+    df['gpu_hours'] = df.flops / (costs.peak_flops * costs.mfu) / 3600
+    return df
 
 # %% ../../nbs/study/00_plan.ipynb #1c829349
 def select(plan: StudyPlan, experiments: list[str] | None = None, sizes: list[str] | None = None,
