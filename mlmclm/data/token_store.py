@@ -287,6 +287,24 @@ def store_path(source: StoreSource, tokenizer, seed: int, store_dir: str | Path 
     key = hashlib.sha256(json.dumps([dataclasses.asdict(source), tokenizer_sha(tokenizer), seed, content]).encode())
     return Path(store_dir or default_store_dir())/f"{re.sub(r'[^A-Za-z0-9_.-]+', '-', name)}-seed{seed}-{key.hexdigest()[:10]}"
 
+# %% ../../nbs/data/03_token_store.ipynb #3746e651
+def _write_units(folder: Path, m: dict, units: list, workers: int) -> None:
+    "Tokenize the units from the manifest's cursor on into shards, then mark the store complete."
+    writer, t0, started = _ShardWriter(folder, m), time.perf_counter(), None
+    first, skip, before = m['cursor']['unit'], m['cursor']['token'], writer.written
+    for k, (tokens, starts) in enumerate(tokenized_units(units[first:], folder/'tokenizer', m['source']['text_field'], workers)):
+        started = started or (time.perf_counter(), len(tokens) - skip)   # the workers are up: the first unit is back
+        if not writer.add(first + k, tokens, starts, skip if k == 0 else 0): break
+    if writer.fill: writer.flush()
+    if not writer.written: raise StoreError(f"{m['source']['path']}: no tokens (every document is empty)")
+    now, new = time.perf_counter(), writer.written - before
+    m['builds'].append(dict(workers=workers, tokens=new, seconds=round(now - t0, 3), host=platform.node(),
+                            tokens_per_s=round(new / max(now - t0, 1e-9)),     # start-up of the workers included
+                            steady_tokens_per_s=round((new - started[1]) / max(now - started[0], 1e-9)) if started else None))
+    m.update(complete=True, n_tokens=writer.written, n_documents=sum(s['documents'] for s in m['shards']))
+    m['tokens_per_document'] = m['n_tokens'] / max(m['n_documents'], 1)
+    atomic_write_json(folder/'manifest.json', m)
+
 # %% ../../nbs/data/03_token_store.ipynb #480ed25f
 def build_store(data: str | Path = EMBEDDED,       # 'embedded', 'fineweb-edu', or a local .txt/.jsonl file or folder
                 out: str | Path | None = None,    # the store folder; `store_path(...)` under `store_dir` when None
@@ -313,24 +331,6 @@ def build_store(data: str | Path = EMBEDDED,       # 'embedded', 'fineweb-edu', 
         m = _open_manifest(out, head, shard_tokens, max_tokens, tok)
         if not m['complete']: _write_units(out, m, units, workers)
     return out
-
-# %% ../../nbs/data/03_token_store.ipynb #3746e651
-def _write_units(folder: Path, m: dict, units: list, workers: int) -> None:
-    "Tokenize the units from the manifest's cursor on into shards, then mark the store complete."
-    writer, t0, started = _ShardWriter(folder, m), time.perf_counter(), None
-    first, skip, before = m['cursor']['unit'], m['cursor']['token'], writer.written
-    for k, (tokens, starts) in enumerate(tokenized_units(units[first:], folder/'tokenizer', m['source']['text_field'], workers)):
-        started = started or (time.perf_counter(), len(tokens) - skip)   # the workers are up: the first unit is back
-        if not writer.add(first + k, tokens, starts, skip if k == 0 else 0): break
-    if writer.fill: writer.flush()
-    if not writer.written: raise StoreError(f"{m['source']['path']}: no tokens (every document is empty)")
-    now, new = time.perf_counter(), writer.written - before
-    m['builds'].append(dict(workers=workers, tokens=new, seconds=round(now - t0, 3), host=platform.node(),
-                            tokens_per_s=round(new / max(now - t0, 1e-9)),     # start-up of the workers included
-                            steady_tokens_per_s=round((new - started[1]) / max(now - started[0], 1e-9)) if started else None))
-    m.update(complete=True, n_tokens=writer.written, n_documents=sum(s['documents'] for s in m['shards']))
-    m['tokens_per_document'] = m['n_tokens'] / max(m['n_documents'], 1)
-    atomic_write_json(folder/'manifest.json', m)
 
 # %% ../../nbs/data/03_token_store.ipynb #9d8cc140
 class TokenStore:

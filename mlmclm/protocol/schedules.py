@@ -111,6 +111,13 @@ class Component:
         r = self.ratios
         return None if not r else r[0] if len(r) == 1 else (sum(r) - (r[0] + r[-1]) / 2) / (len(r) - 1)
 
+# %% ../../nbs/protocol/00_schedules.ipynb #12b5db87
+def _check_mask_ratio(ratio: float) -> None:
+    "A mask ratio in [0.01, 1): phases are named in whole percents ('mlm40'), and rarer masks leave batches with nothing to predict."
+    if not 0.01 <= ratio < 1:
+        raise ConfigError(f'mask_ratio={ratio} must be in [0.01, 1): phases are named in whole percents (mlm40), and a '
+                          f'rarer mask leaves batches with no masked token to predict')
+
 # %% ../../nbs/protocol/00_schedules.ipynb #617576e0
 _PART = re.compile(r'(\d+)?([a-z]+?)(\d+(?:to\d+)*)?')
 
@@ -267,13 +274,6 @@ def _phase_list(schedule: str, mask_ratio: float) -> list[Phase]:
         if steps < 1: raise ConfigError(f'phase {part.strip()!r} has no steps')
         phases.append(Phase(obj.name, steps, (int(ratio) / 100 if ratio else mask_ratio) if obj.masked else None))
     return phases
-
-# %% ../../nbs/protocol/00_schedules.ipynb #12b5db87
-def _check_mask_ratio(ratio: float) -> None:
-    "A mask ratio in [0.01, 1): phases are named in whole percents ('mlm40'), and rarer masks leave batches with nothing to predict."
-    if not 0.01 <= ratio < 1:
-        raise ConfigError(f'mask_ratio={ratio} must be in [0.01, 1): phases are named in whole percents (mlm40), and a '
-                          f'rarer mask leaves batches with no masked token to predict')
 
 # %% ../../nbs/protocol/00_schedules.ipynb #5a78da21
 def parse_schedule(schedule: str,                     # an objective ('mlm', 'clm', 'mntp'), 'biphasic', or 'clm:10000,mlm40:32000'
