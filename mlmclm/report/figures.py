@@ -139,6 +139,12 @@ def _drawn(ax, paper: bool = True) -> bool:
                        any(np.isfinite(p.vertices).all(axis=1).any() for p in c.get_paths()))
     return any(shows(c) for c in ax.collections if paper or not str(c.get_label()).startswith('paper: '))
 
+# %% ../../nbs/report/00_figures.ipynb #dea757f0
+def _below(fig, artists) -> float:
+    "The height (figure fraction) just below everything `artists` draw, tick labels included."
+    renderer = fig.canvas.get_renderer()
+    return min(a.get_tightbbox(renderer).y0 for a in artists) / fig.bbox.height
+
 # %% ../../nbs/report/00_figures.ipynb #f7318736
 def finish_panels(fig, axes, title: str, scale: str, xlabel: str, ylabel: str = 'score (%)'):
     for ax, fam in zip(axes, FAMILIES):
@@ -164,12 +170,6 @@ def finish_panels(fig, axes, title: str, scale: str, xlabel: str, ylabel: str = 
         y = _below(fig, [fig.text(0.5, y - 0.01, xlabel, ha='center', va='top', fontsize=9)])
     if labels: fig.legend([entries[l] for l in labels], labels, loc='upper center', ncol=min(len(labels), 4),
                           frameon=False, bbox_to_anchor=(0.5, y - 0.01))   # outside the figure: saved with bbox 'tight'
-
-# %% ../../nbs/report/00_figures.ipynb #dea757f0
-def _below(fig, artists) -> float:
-    "The height (figure fraction) just below everything `artists` draw, tick labels included."
-    renderer = fig.canvas.get_renderer()
-    return min(a.get_tightbbox(renderer).y0 for a in artists) / fig.bbox.height
 
 # %% ../../nbs/report/00_figures.ipynb #f9a0f002
 @dataclass(frozen=True)

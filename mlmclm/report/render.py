@@ -29,7 +29,7 @@ from ..results.store import RESULT_COLUMNS, read_results, tidy_results
 # %% auto #0
 __all__ = ['split_control', 'study_scores', 'control_scores', 'draw_control', 'split_outside', 'draw_outside', 'save_figure',
            'draw_figures', 'collect_cpt_loss', 'unigram_entropy', 'corpus_unigram_entropy', 'collect_pretrain_loss',
-           'render_all', 'one_source', 'drawn_rows', 'cell_choice', 'drawable', 'main']
+           'one_source', 'drawn_rows', 'cell_choice', 'render_all', 'drawable', 'main']
 
 # %% ../../nbs/report/02_render.ipynb #b6f8c2e1
 def split_control(results: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -165,47 +165,6 @@ def collect_pretrain_loss(study_dir: str | Path, entropy: float, tail: int = 5) 
                          heldout_loss=held[-1] if held else None, unigram_entropy=entropy))
     return pd.DataFrame(rows, columns=['run', 'last_phase', 'steps', 'final_loss', 'heldout_loss', 'unigram_entropy'])
 
-# %% ../../nbs/report/02_render.ipynb #22834d2c
-def render_all(results: pd.DataFrame,         # the results store (one row per fine-tuning run)
-               out_dir: str | Path,            # where figures and tables go
-               scale: str = 'demo',            # 'demo' or 'paper' (written on every figure)
-               cpt_loss: pd.DataFrame | None = None,  # Figure 9's curves
-               flops_per_step=paper_flops_per_step,  # (size, kind) -> FLOPs per step (Figure 4's appendix variant); None: skip it
-               selection: str = DEFAULT_SELECTION,   # LR selection: 'per_seed' (each seed's best) or 'mean' (best seed-mean)
-               source: str | None = None,     # whose rows: 'ours' or 'authors' (None: ours where the store holds any)
-               cell: dict | None = None,      # the rows of one cell (`cell_rows`, e.g. dict(max_steps=200)); None: all
-              ) -> list[Path]:
-    "Every figure (PNG + PDF) and table (Markdown + LaTeX) of the paper into `out_dir`."
-    results, scale_text = _source_and_scale(results, source, scale)
-    results = drawn_rows(results, cell)          # one cell, or refused before anything is written
-    setup_style()
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
-    demo, scale = scale == 'demo', scale_text
-    results, control = split_control(results)   # the control is a reference line, not an experiment's point
-    control = control_scores(control, selection)
-    results, outside = split_outside(results)   # outside the paper's grid: named lines beside its models
-    outside = control_scores(outside, selection)   # per checkpoint and family
-    every = paper_rows(results)          # the paper's datasets only (no `qed`)
-    paper = protocol_cell(every)         # the paper's fine-tuning protocol; other cells: the protocol figure
-    per_dataset = aggregate(paper, selection=selection)
-    scores = study_scores(paper, selection)
-    ref = reported_scores()
-    gaps = protocol_gaps(every, selection) if len(protocol_cells(every)) > 1 else None
-    figures = draw_figures(dict(scores=scores, ref=ref, scale=scale, curves=lr_curve(paper), paper=paper,
-                                cpt_loss=cpt_loss, flops_per_step=flops_per_step, gaps=gaps))   # the rows of `FIGURES`
-    files = []
-    for name, fig in figures.items():
-        draw_control(fig, control); draw_outside(fig, outside)
-        files += save_figure(fig, out, name)
-    tables = out/'tables'
-    files += _our_tables(paper, scores, ref, control, tables, scale, selection)
-    if gaps is not None:
-        files += write_table(gaps, tables, 'protocol_gap', f'MLM minus CLM (points) per fine-tuning protocol ({scale_note(scale)})')
-    files += write_table(hyperparameter_table(), tables, 'T01_hyperparameters', _table1_caption(demo, scale))
-    for name, table in results_tables(per_dataset, scores, paper).items():
-        files += write_table(table, tables, name, f'Table {int(name[1:3])}: {name[4:].replace("_", " ")} ({scale_note(scale)})')
-    return files
-
 # %% ../../nbs/report/02_render.ipynb #90bbc925
 def one_source(results: pd.DataFrame, source: str | None = None) -> tuple[pd.DataFrame, str, list[str]]:
     """(the rows of one source, that source, the other sources the store holds): the figures never average our runs
@@ -261,6 +220,47 @@ def _our_tables(paper, scores, ref, control, tables: Path, scale: str, selection
         files += write_table(directions(seed_family_scores(paper, selection), ref, size), tables, f'directions_{size}',
                              f"The paper's comparisons at {size} (points, 95% Welch interval over seeds) beside the "
                              f"paper's 610m differences ({scale_note(scale)})")
+    return files
+
+# %% ../../nbs/report/02_render.ipynb #22834d2c
+def render_all(results: pd.DataFrame,         # the results store (one row per fine-tuning run)
+               out_dir: str | Path,            # where figures and tables go
+               scale: str = 'demo',            # 'demo' or 'paper' (written on every figure)
+               cpt_loss: pd.DataFrame | None = None,  # Figure 9's curves
+               flops_per_step=paper_flops_per_step,  # (size, kind) -> FLOPs per step (Figure 4's appendix variant); None: skip it
+               selection: str = DEFAULT_SELECTION,   # LR selection: 'per_seed' (each seed's best) or 'mean' (best seed-mean)
+               source: str | None = None,     # whose rows: 'ours' or 'authors' (None: ours where the store holds any)
+               cell: dict | None = None,      # the rows of one cell (`cell_rows`, e.g. dict(max_steps=200)); None: all
+              ) -> list[Path]:
+    "Every figure (PNG + PDF) and table (Markdown + LaTeX) of the paper into `out_dir`."
+    results, scale_text = _source_and_scale(results, source, scale)
+    results = drawn_rows(results, cell)          # one cell, or refused before anything is written
+    setup_style()
+    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    demo, scale = scale == 'demo', scale_text
+    results, control = split_control(results)   # the control is a reference line, not an experiment's point
+    control = control_scores(control, selection)
+    results, outside = split_outside(results)   # outside the paper's grid: named lines beside its models
+    outside = control_scores(outside, selection)   # per checkpoint and family
+    every = paper_rows(results)          # the paper's datasets only (no `qed`)
+    paper = protocol_cell(every)         # the paper's fine-tuning protocol; other cells: the protocol figure
+    per_dataset = aggregate(paper, selection=selection)
+    scores = study_scores(paper, selection)
+    ref = reported_scores()
+    gaps = protocol_gaps(every, selection) if len(protocol_cells(every)) > 1 else None
+    figures = draw_figures(dict(scores=scores, ref=ref, scale=scale, curves=lr_curve(paper), paper=paper,
+                                cpt_loss=cpt_loss, flops_per_step=flops_per_step, gaps=gaps))   # the rows of `FIGURES`
+    files = []
+    for name, fig in figures.items():
+        draw_control(fig, control); draw_outside(fig, outside)
+        files += save_figure(fig, out, name)
+    tables = out/'tables'
+    files += _our_tables(paper, scores, ref, control, tables, scale, selection)
+    if gaps is not None:
+        files += write_table(gaps, tables, 'protocol_gap', f'MLM minus CLM (points) per fine-tuning protocol ({scale_note(scale)})')
+    files += write_table(hyperparameter_table(), tables, 'T01_hyperparameters', _table1_caption(demo, scale))
+    for name, table in results_tables(per_dataset, scores, paper).items():
+        files += write_table(table, tables, name, f'Table {int(name[1:3])}: {name[4:].replace("_", " ")} ({scale_note(scale)})')
     return files
 
 # %% ../../nbs/report/02_render.ipynb #69343a14

@@ -26,6 +26,11 @@ from ..protocol.schedules import parse_schedule
 __all__ = ['BIDIRECTIONAL_MEASURES', 'PANELS', 'DataConstrained', 'run_measures', 'pretrain_configs', 'run_experiment', 'collect',
            'summarise', 'best_epochs', 'plot_epochs', 'save_results', 'main']
 
+# %% ../../nbs/study/04_diffusion.ipynb #3359cf07
+def _divisor(n: int, near: int) -> int:
+    "The divisor of `n` closest to `near`."
+    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: abs(d - near))
+
 # %% ../../nbs/study/04_diffusion.ipynb #403316af
 BIDIRECTIONAL_MEASURES = 'mdlm,mlm15,mlm40'   # what every bidirectional run is scored on besides its own loss
 
@@ -58,11 +63,6 @@ class DataConstrained:
     def steps_per_epoch(self) -> int: return self.unique_rows // self.global_batch
     @property
     def total_steps(self) -> int: return self.epochs * self.steps_per_epoch
-
-# %% ../../nbs/study/04_diffusion.ipynb #3359cf07
-def _divisor(n: int, near: int) -> int:
-    "The divisor of `n` closest to `near`."
-    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: abs(d - near))
 
 # %% ../../nbs/study/04_diffusion.ipynb #0095db73
 def run_measures(label: str) -> str | None:

@@ -27,9 +27,9 @@ from .plan import (EvalPoint, Merge, PlannedRun, StudyPlan, finetune_jobs, merge
                                point_runs, pretrain_params)
 
 # %% auto #0
-__all__ = ['run_notebook', 'make_merge', 'make_merges', 'accelerate_command', 'slurm_nodes', 'refused', 'worker_env',
-           'slurm_threads', 'submit_finetune_array', 'study_status', 'PretrainJob', 'pretrain_job_specs',
-           'submit_pretrain_jobs', 'finetune_params', 'visible_gpus', 'finetune_workers', 'launch']
+__all__ = ['run_notebook', 'make_merge', 'make_merges', 'accelerate_command', 'slurm_nodes', 'refused', 'finetune_params',
+           'worker_env', 'slurm_threads', 'submit_finetune_array', 'study_status', 'PretrainJob', 'pretrain_job_specs',
+           'submit_pretrain_jobs', 'visible_gpus', 'finetune_workers', 'launch']
 
 # %% ../../nbs/study/01_launchers.ipynb #ff45ebc3
 def run_notebook(notebook: str,       # a launcher notebook in nbs/
@@ -114,6 +114,18 @@ def refused(what: str, error: Exception, nodes: int = 1, gpus_per_node: int = 0,
     return ConfigError(f"Slurm refused {what}: {str(error).strip()}. It asks for {nodes} node(s), each with "
                        f"{gpus_per_node} GPUs and {tasks_per_node} task(s) x {cpus_per_task} CPUs = "
                        f"{tasks_per_node * cpus_per_task} CPUs; {offer}")
+
+# %% ../../nbs/study/01_launchers.ipynb #d32f102b
+def finetune_params(plan: StudyPlan, e: EvalPoint, root: Path, **overrides) -> dict:
+    """Parameters of the fine-tuning notebook (and `finetune_config`) for evaluation point `e`: the plan's preset,
+    the checkpoint, its datasets, the plan's LRs and seeds, the plan's overrides, `e`'s protocol cell, then `overrides`."""
+    p = dict(preset=plan.finetune_preset, checkpoint=point_checkpoint(plan, e, root),
+             checkpoint_name=e.recorded_name, tasks=','.join(e.datasets), lrs=','.join(str(x) for x in plan.lrs),
+             seeds=','.join(str(x) for x in plan.seeds), results=str(Path(root)/'results.jsonl'))
+    cell = sorted(set(overrides) & set(PROTOCOL_AXES))
+    if cell: raise ConfigError(f'{cell} in the overrides of one job: a protocol axis is part of each run\'s key, which the '
+                               'plan has computed already; give it to the plan (a protocol cell, or finetune_overrides)')
+    return p | plan.finetune_overrides | dict(e.protocol) | overrides
 
 # %% ../../nbs/study/01_launchers.ipynb #015180e5
 def _job_params(point: StudyPlan, run: FinetuneRun, root: str, overrides: dict) -> dict:
@@ -253,18 +265,6 @@ def submit_pretrain_jobs(plan: StudyPlan, root: Path, folder: Path, **sizes) -> 
         after = f" after {', '.join(ids[p] for p in spec['after'])}" if spec['after'] else ''
         print(f"{spec['run']}: Slurm job {ids[spec['run']]}{after}")
     return jobs
-
-# %% ../../nbs/study/01_launchers.ipynb #d32f102b
-def finetune_params(plan: StudyPlan, e: EvalPoint, root: Path, **overrides) -> dict:
-    """Parameters of the fine-tuning notebook (and `finetune_config`) for evaluation point `e`: the plan's preset,
-    the checkpoint, its datasets, the plan's LRs and seeds, the plan's overrides, `e`'s protocol cell, then `overrides`."""
-    p = dict(preset=plan.finetune_preset, checkpoint=point_checkpoint(plan, e, root),
-             checkpoint_name=e.recorded_name, tasks=','.join(e.datasets), lrs=','.join(str(x) for x in plan.lrs),
-             seeds=','.join(str(x) for x in plan.seeds), results=str(Path(root)/'results.jsonl'))
-    cell = sorted(set(overrides) & set(PROTOCOL_AXES))
-    if cell: raise ConfigError(f'{cell} in the overrides of one job: a protocol axis is part of each run\'s key, which the '
-                               'plan has computed already; give it to the plan (a protocol cell, or finetune_overrides)')
-    return p | plan.finetune_overrides | dict(e.protocol) | overrides
 
 # %% ../../nbs/study/01_launchers.ipynb #bde92fa9
 def visible_gpus() -> list[str]:
