@@ -250,13 +250,6 @@ def keep_checkpoint(run: Run, state: TrainState, phase_index: int, phase: Phase)
         write_state(run, state, tmp/'state')
     return atomic_dir(run.folder/'checkpoints'/f'step-{state.step}', write, run)
 
-# %% ../../nbs/pretraining/04_loop.ipynb #55e2547d
-def link_state(run: Run, source: Path) -> Path:
-    "The run's `state/`, atomically, as hard links to the files of the state `source` just written (copies where links cannot be made)."
-    def write(tmp):
-        if run.is_main: _link_tree(source, tmp); owner_writes_only(tmp)   # its folder too, whatever the umask
-    return atomic_dir(run.state_dir, write, run)
-
 # %% ../../nbs/pretraining/04_loop.ipynb #5a95aa19
 def _link_tree(source: Path, target: Path) -> None:
     "Every file under `source` at the same place under `target`: a hard link, or a copy where the file system refuses links."
@@ -265,6 +258,13 @@ def _link_tree(source: Path, target: Path) -> None:
         (to := target/p.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
         try: os.link(p, to)
         except OSError: shutil.copy2(p, to)   # another file system, no hard links there, or a link limit
+
+# %% ../../nbs/pretraining/04_loop.ipynb #55e2547d
+def link_state(run: Run, source: Path) -> Path:
+    "The run's `state/`, atomically, as hard links to the files of the state `source` just written (copies where links cannot be made)."
+    def write(tmp):
+        if run.is_main: _link_tree(source, tmp); owner_writes_only(tmp)   # its folder too, whatever the umask
+    return atomic_dir(run.state_dir, write, run)
 
 # %% ../../nbs/pretraining/04_loop.ipynb #c25303c3
 def save_if_due(run: Run, state: TrainState, phase_index: int, phase: Phase) -> None:

@@ -367,21 +367,6 @@ def _truncate_metrics(path: Path, step: int) -> None:
     text = ''.join(to_json(r, indent=None) + '\n' for r in read_jsonl(path) if r.get('step', 0) <= step)
     if text != path.read_text(encoding='utf-8'): atomic_write_text(path, text)
 
-# %% ../../nbs/pretraining/03_setup.ipynb #f11cfa13
-def setup(cfg: PretrainConfig | CheckedPretrain,  # a config, checked here; or one checked already (`checked_pretrain`), taken as it is
-         ) -> tuple[Run, TrainState]:
-    "Everything a run needs, built in a fixed order (checks, claim, data, folder, seed, model, processes, resume), and where it starts."
-    checked = checked_pretrain(cfg)   # the one check of this process's config, unless its launcher made it
-    cfg, phases = checked.cfg, list(checked.phases)
-    measure_phases(cfg)   # a bad measure is refused before any work
-    acc = _accelerator(cfg)
-    accumulation = grad_accum(cfg.global_batch, cfg.batch_size, acc.num_processes)   # refused here if it does not divide
-    held = _claim_run(cfg, acc)
-    try: return _setup_claimed(cfg, acc, phases, accumulation, held)
-    except BaseException:   # the run is not started: let another launcher have it
-        if held is not None: held.release()
-        raise
-
 # %% ../../nbs/pretraining/03_setup.ipynb #1b5d9dec
 def _compiles(cfg: PretrainConfig, device) -> bool:
     "Whether the run compiles its blocks: as `compile` says, or on CUDA when it says nothing."
@@ -453,3 +438,18 @@ def _setup_claimed(cfg: PretrainConfig, acc, phases: list, accumulation: int, he
     if run.is_main: _record(run, state, why, history, replaced, repairs)
     run.trackers = Trackers(cfg.log_with, run_id, folder/'logs', dataclasses.asdict(cfg), main=run.is_main)
     return run, state
+
+# %% ../../nbs/pretraining/03_setup.ipynb #f11cfa13
+def setup(cfg: PretrainConfig | CheckedPretrain,  # a config, checked here; or one checked already (`checked_pretrain`), taken as it is
+         ) -> tuple[Run, TrainState]:
+    "Everything a run needs, built in a fixed order (checks, claim, data, folder, seed, model, processes, resume), and where it starts."
+    checked = checked_pretrain(cfg)   # the one check of this process's config, unless its launcher made it
+    cfg, phases = checked.cfg, list(checked.phases)
+    measure_phases(cfg)   # a bad measure is refused before any work
+    acc = _accelerator(cfg)
+    accumulation = grad_accum(cfg.global_batch, cfg.batch_size, acc.num_processes)   # refused here if it does not divide
+    held = _claim_run(cfg, acc)
+    try: return _setup_claimed(cfg, acc, phases, accumulation, held)
+    except BaseException:   # the run is not started: let another launcher have it
+        if held is not None: held.release()
+        raise
