@@ -197,11 +197,32 @@ def diffusion(what: str) -> str:
         timing = json.loads((DIFFUSION/'experiment.json').read_text(encoding='utf-8'))['timing']
         return (f"{s['unique_rows'] * s['seq_len']:,} unique tokens read {s['epochs']} times by a `{s['size']}` model, "
                 f"{len(s['seeds'])} seeds; {timing['wall_s'] / 60:.0f} minutes with {timing['workers']} workers")
+    if what in ('finetune', 'finetune_lead', 'finetune_control'): return _diffusion_finetune(what)
     t = pd.read_csv(DIFFUSION/'summary.csv').query("measure == 'nll'").set_index('objective')
-    if what not in ('best', 'last'): raise KeyError(f'{{{{diffusion {what}}}}}: no such number; known: setup, best, last')
+    if what not in ('best', 'last'):
+        raise KeyError(f'{{{{diffusion {what}}}}}: no such number; known: setup, best, last, finetune, finetune_lead, finetune_control')
     cell = lambda o: (f"{t.loc[o, what]:.2f} [{t.loc[o, what + '_low']:.2f}, {t.loc[o, what + '_high']:.2f}]"
                       + (f" at epoch {int(t.loc[o, 'best_epoch'])}" if what == 'best' else ''))
     return ', '.join(f'{DIFFUSION_LABELS.get(o, o)} {cell(o)}' for o in t.index)
+
+
+
+def _diffusion_finetune(what: str) -> str:
+    """The fine-tuning of the experiment's final models (`figures/diffusion/finetune/summary.csv`): 'finetune', per
+    family each objective's score with its 95% interval, best first; 'finetune_lead', which objective leads each family;
+    'finetune_control', how many of those intervals hold the demo's random-weight control score."""
+    import pandas as pd
+    t = pd.read_csv(DIFFUSION/'finetune'/'summary.csv').sort_values(['family', 'score'], ascending=[True, False])
+    if what == 'finetune_control':   # how many (objective, family) intervals hold the demo's random-weight control
+        from mlmclm.report.render import control_scores, split_control
+        control = control_scores(split_control(_demo_results())[1]).set_index('family').score
+        inside = ((t.ci_low <= t.family.map(control)) & (t.family.map(control) <= t.ci_high)).sum()
+        return f'{inside} of {len(t)}'
+    if what == 'finetune_lead':
+        lead = t.groupby('family').head(1)
+        return '; '.join(f"{DIFFUSION_LABELS.get(o, o)} on {', '.join(g.family)}" for o, g in lead.groupby('objective'))
+    cell = lambda r: f'{DIFFUSION_LABELS.get(r.objective, r.objective)} {r.score:.1f} [{r.ci_low:.1f}, {r.ci_high:.1f}]'
+    return '; '.join(f"{f}: {', '.join(cell(r) for r in g.itertuples())}" for f, g in t.groupby('family', sort=False))
 
 
 NUMBERS = {'numerics': numerics, 'diffusion': diffusion, 'timing': timing, 'timing_range': timing_range, 'pretrain_loss': pretrain_loss, 'scores_table': scores_table,

@@ -18,13 +18,17 @@ import pandas as pd
 
 from ..base.configs import ConfigError, build_config
 from ..base.files import atomic_write_json, read_json, read_jsonl
+from ..finetuning.sweep import finetune_sweep
 from ..pretraining.loop import pretrain
-from ..protocol.runs import PretrainConfig
+from ..protocol.runs import FinetuneConfig, PretrainConfig
 from ..protocol.schedules import parse_schedule
+from ..results.aggregation import seed_family_scores, t_interval
+from ..results.store import read_results
 
 # %% auto #0
 __all__ = ['BIDIRECTIONAL_MEASURES', 'PANELS', 'DataConstrained', 'run_measures', 'pretrain_configs', 'run_experiment', 'collect',
-           'summarise', 'best_epochs', 'plot_epochs', 'save_results', 'main']
+           'summarise', 'best_epochs', 'plot_epochs', 'save_results', 'final_checkpoints', 'finetune_final_models',
+           'finetune_scores', 'finetune_summary', 'save_finetune', 'main']
 
 # %% ../../nbs/study/04_diffusion.ipynb #3359cf07
 def _divisor(n: int, near: int) -> int:
@@ -166,12 +170,56 @@ def save_results(exp: DataConstrained, out_dir: str | Path, dest: str | Path, ti
     atomic_write_json(dest/'experiment.json', dict(settings=dataclasses.asdict(exp), timing=timing, runs=runs))
     return df
 
+# %% ../../nbs/study/04_diffusion.ipynb #0e340bcf
+def final_checkpoints(exp: DataConstrained, out_dir: str | Path) -> dict[str, Path]:
+    "Each run's last checkpoint (`runs/<run>/checkpoints/step-<total_steps>`) by run id; a `ConfigError` naming the missing."
+    found = {cfg.run_id: Path(out_dir)/cfg.run_id/'checkpoints'/f'step-{exp.total_steps}' for cfg in pretrain_configs(exp, out_dir)}
+    missing = [str(p) for p in found.values() if not p.is_dir()]
+    if missing: raise ConfigError(f'no final checkpoint at {", ".join(missing)}: pretrain the experiment first (run_experiment)')
+    return found
+
+def finetune_final_models(exp: DataConstrained, out_dir: str | Path,
+                          results: str | Path,   # the results store (.jsonl) every fine-tuning row goes to
+                          **settings,            # `FinetuneConfig` settings in place of the demo's (tasks, lrs, seeds, max_steps...)
+                         ) -> pd.DataFrame:
+    "Fine-tune every run's last checkpoint as the demo does, named `diffusion-<run>`; the store's rows, read back."
+    for run_id, checkpoint in final_checkpoints(exp, out_dir).items():
+        finetune_sweep(FinetuneConfig(**{'checkpoint': str(checkpoint), 'checkpoint_name': f'diffusion-{run_id}',
+                                         'tasks': 'embedded', 'results': str(results), 'progress': False, **settings}))
+    return read_results(results)
+
+# %% ../../nbs/study/04_diffusion.ipynb #d6b368a2
+def finetune_scores(rows: pd.DataFrame) -> pd.DataFrame:
+    "Per (objective, pretraining seed, family, fine-tuning seed): the test score (fraction), mean over the family's datasets."
+    fam = seed_family_scores(rows[rows.checkpoint_name.str.startswith('diffusion-')])
+    run = fam.checkpoint.str.removeprefix('diffusion-').str.rsplit('-s', n=1)
+    return pd.DataFrame(dict(objective=run.str[0], pretrain_seed=run.str[1].astype(int), family=fam.family,
+                             seed=fam.seed, test_score=fam.test_score, n_datasets=fam.n_datasets))
+
+# %% ../../nbs/study/04_diffusion.ipynb #7012572d
+def finetune_summary(scores: pd.DataFrame) -> pd.DataFrame:
+    "Per objective and family: the mean score in points over every (pretraining seed, fine-tuning seed), its 95% t-interval, n."
+    out = []
+    for (objective, family), g in scores.groupby(['objective', 'family'], sort=False):
+        mean, low, high = (100 * x for x in t_interval(g.test_score))
+        out.append(dict(objective=objective, family=family, score=mean, ci_low=low, ci_high=high, n=len(g)))
+    return pd.DataFrame(out)
+
+def save_finetune(rows: pd.DataFrame, dest: str | Path) -> pd.DataFrame:
+    "Into `dest/finetune/`: `scores.csv` (`finetune_scores`) and `summary.csv` (`finetune_summary`); the summary."
+    (dest := Path(dest)/'finetune').mkdir(parents=True, exist_ok=True)
+    scores = finetune_scores(rows)
+    scores.to_csv(dest/'scores.csv', index=False)
+    (summary := finetune_summary(scores)).to_csv(dest/'summary.csv', index=False)
+    return summary
+
 # %% ../../nbs/study/04_diffusion.ipynb #063484af
 def main(argv: list[str] | None = None) -> None:
-    "`python -m mlmclm.study.diffusion --out runs/diffusion --dest figures/diffusion [--epochs N ...]`: train, collect, draw."
+    "`python -m mlmclm.study.diffusion --out runs/diffusion --dest figures/diffusion [--epochs N ...] [--finetune]`: train, collect, draw."
     p = argparse.ArgumentParser(description='The data-constrained experiment of issue 47.')
     p.add_argument('--out', required=True, help='where the runs go'); p.add_argument('--dest', required=True, help='results and figure')
     p.add_argument('--workers', type=int, default=2)
+    p.add_argument('--finetune', action='store_true', help="then the demo's fine-tuning of every final model (store: OUT/finetune.jsonl)")
     for f in dataclasses.fields(DataConstrained):
         if f.type in ('int', 'float'): p.add_argument(f'--{f.name.replace("_", "-")}', type=eval(f.type), default=f.default)
     p.add_argument('--seeds', default=','.join(map(str, DataConstrained.seeds)))
@@ -183,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
     fig = plot_epochs(df, f'{exp.size} model, {exp.unique_rows * exp.seq_len:,} unique tokens, {len(exp.seeds)} seeds')
     fig.savefig(Path(a.dest)/'heldout_by_epoch.png')
     print(f"{len(timing['runs'])} runs in {timing['wall_s']:.0f} s; {a.dest}")
+    if a.finetune: print(save_finetune(finetune_final_models(exp, a.out, Path(a.out)/'finetune.jsonl'), a.dest).round(1).to_string())
 
 # %% ../../nbs/study/04_diffusion.ipynb #7d894054
 # `python -m mlmclm.study.diffusion`; not when this notebook itself runs (IPython sets builtins.__IPYTHON__)

@@ -10,7 +10,9 @@ from mlmclm.base.configs import ConfigError
 from mlmclm.base.files import project_root, read_jsonl
 from mlmclm.model.sizes import flops_per_token, model_config
 from mlmclm.pretraining.loop import pretrain
-from mlmclm.study.diffusion import DataConstrained, best_epochs, collect, pretrain_configs, save_results, summarise
+from mlmclm.results.store import read_results
+from mlmclm.study.diffusion import (DataConstrained, best_epochs, collect, final_checkpoints, finetune_final_models,
+                                    finetune_scores, finetune_summary, pretrain_configs, save_finetune, save_results, summarise)
 from mlmclm.study.plan import Costs, DIFFUSION_EPOCHS, estimate, get_plan, pretrain_params
 
 COMMITTED = project_root()/'figures'/'diffusion'
@@ -71,6 +73,42 @@ def test_the_committed_results_are_what_their_runs_logged():
         data = json.loads((folder/'run.json').read_text())['data']
         assert data['unique_tokens'] == exp.unique_rows * exp.seq_len and data['epochs'] == exp.epochs
     assert (COMMITTED/'heldout_by_epoch.png').is_file()
+
+
+def test_the_final_models_are_fine_tuned_once_each_and_summarised(toy):
+    "Every run's last checkpoint goes through the sweep under its own name; a second call trains nothing more."
+    exp, tmp, _ = toy
+    with pytest.raises(ConfigError, match='no final checkpoint at .*clm-s0/checkpoints/step-4.*pretrain the experiment first'):
+        final_checkpoints(exp, tmp/'elsewhere')
+    settings = dict(tasks='rt_sentiment', seeds='0', max_steps=1, max_eval_examples=8)
+    rows = finetune_final_models(exp, tmp/'runs', tmp/'ft.jsonl', **settings)
+    assert sorted(rows.checkpoint_name) == ['diffusion-clm-s0', 'diffusion-mdlm-s0', 'diffusion-vmlm-s0']
+    assert rows.checkpoint.map(lambda c: Path(c).name).eq('step-4').all()
+    written = sorted(p.name for p in (tmp/'ft.d').glob('*.scores.jsonl'))
+    assert len(finetune_final_models(exp, tmp/'runs', tmp/'ft.jsonl', **settings)) == 3
+    assert sorted(p.name for p in (tmp/'ft.d').glob('*.scores.jsonl')) == written   # nothing run, nothing written
+    summary = save_finetune(rows, tmp/'dest')
+    assert list(summary.columns) == ['objective', 'family', 'score', 'ci_low', 'ci_high', 'n'] and (summary.n == 1).all()
+
+
+def test_the_summary_pools_both_seeds_with_a_t_interval():
+    "Known answer: scores 0.5, 0.6, 0.7, 0.8 give 65 points, half-width t(0.975, 3) * sd / 2 = 3.182 * 12.91 / 2."
+    scores = pd.DataFrame(dict(objective='mdlm', pretrain_seed=[0, 0, 1, 1], family='SC', seed=[0, 1, 0, 1],
+                               test_score=[0.5, 0.6, 0.7, 0.8], n_datasets=1))
+    row = finetune_summary(scores).iloc[0]
+    assert (row.objective, row.family, row.n) == ('mdlm', 'SC', 4)
+    assert (row.score, row.ci_high - row.score) == (pytest.approx(65.0), pytest.approx(20.54, abs=0.01))
+
+
+@pytest.mark.skipif(not (COMMITTED/'finetune'/'summary.csv').is_file(), reason='the fine-tuning has not been committed')
+def test_the_committed_fine_tuning_tables_are_what_its_store_holds(tmp_path):
+    "figures/diffusion/finetune: 8 final models x 4 tasks x 3 seeds in the store, and both CSVs recomputed from it."
+    rows = read_results(COMMITTED/'finetune'/'results.jsonl')
+    assert rows.groupby(['checkpoint_name', 'dataset']).size().eq(3).all() and len(rows) == 96
+    assert rows.checkpoint.str.endswith('step-192').all()
+    save_finetune(rows, tmp_path)
+    for name in ('scores.csv', 'summary.csv'):
+        pd.testing.assert_frame_equal(pd.read_csv(tmp_path/'finetune'/name), pd.read_csv(COMMITTED/'finetune'/name))
 
 
 def test_the_presets_form_the_budget_by_epochs_grid_and_are_priced():
