@@ -40,6 +40,7 @@ def mteb_metadata(name: str,          # the task's name in MTEB's results
                   split: str = 'test', # the split it scores
                  ):
     "MTEB's `TaskMetadata` of a small English retrieval task of ours, scored by NDCG@10 as MTEB's retrieval tasks are."
+    require_mteb()   # without the extra: how to install it, not a bare ModuleNotFoundError
     from mteb.abstasks.task_metadata import TaskMetadata
     return TaskMetadata(type='Retrieval', name=name, main_score='ndcg_at_10', description=f'mlmclm retrieval set {name}',
                         reference='https://github.com/mlmclm/mlmclm', dataset={'path': 'NA', 'revision': 'NA'},
