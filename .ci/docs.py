@@ -206,7 +206,6 @@ def diffusion(what: str) -> str:
     return ', '.join(f'{DIFFUSION_LABELS.get(o, o)} {cell(o)}' for o in t.index)
 
 
-
 def _diffusion_finetune(what: str) -> str:
     """The fine-tuning of the experiment's final models (`figures/diffusion/finetune/summary.csv`): 'finetune', per
     family each objective's score with its 95% interval, best first; 'finetune_lead', which objective leads each family;
@@ -215,8 +214,8 @@ def _diffusion_finetune(what: str) -> str:
     t = pd.read_csv(DIFFUSION/'finetune'/'summary.csv').sort_values(['family', 'score'], ascending=[True, False])
     if what == 'finetune_control':   # how many (objective, family) intervals hold the demo's random-weight control
         from mlmclm.report.render import control_scores, split_control
-        control = control_scores(split_control(_demo_results())[1]).set_index('family').score
-        inside = ((t.ci_low <= t.family.map(control)) & (t.family.map(control) <= t.ci_high)).sum()
+        control = t.family.map(control_scores(split_control(_demo_results())[1]).set_index('family').score)
+        inside = ((t.ci_low <= control) & (control <= t.ci_high)).sum()
         return f'{inside} of {len(t)}'
     if what == 'finetune_lead':
         lead = t.groupby('family').head(1)
