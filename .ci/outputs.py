@@ -12,6 +12,7 @@ the docs is a value the code computes today (byte for byte; memory addresses asi
                                                                 #   then every `show` output compared with the saved one
 """
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -20,6 +21,9 @@ NBS = ROOT/'nbs'
 TAG = 'show'
 MAX_TEXT = 6_000        # characters of text output per cell
 MAX_IMAGE = 400_000     # base64 characters of one image
+# imported once by the server each notebook's process is forked from (`test`): third-party only, import-time only
+PRELOAD = ['torch', 'torch._dynamo', 'transformers', 'transformers.modeling_utils', 'datasets', 'pandas', 'seaborn', 'accelerate',
+           'execnb.shell']
 
 
 def _rel(path: Path, root: Path = ROOT) -> str:
@@ -131,10 +135,16 @@ def _test_one(path: Path) -> tuple[bool, float, list[str]]:
 
 def test(paths: list[Path], workers: int = 2) -> int:
     "Run every notebook (like `nbdev_test --n_workers 2`), then compare the `show` outputs; 1 on any failure."
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     # a fresh process per notebook, as nbdev_test runs them: one notebook's settings (pandas' display options,
-    # matplotlib's rcParams, a library's progress bars) must not change the next one's outputs
-    with ProcessPoolExecutor(workers, max_tasks_per_child=1) as pool: results = list(pool.map(_test_one, paths))
+    # matplotlib's rcParams, a library's progress bars) must not change the next one's outputs. Each is forked from a
+    # server that has imported the heavy libraries once (nothing of ours, nothing run): 64 notebooks no longer pay
+    # their imports each, about 3 s of a 2-core machine's CPU apiece.
+    server = multiprocessing.get_context('forkserver')
+    server.set_forkserver_preload(PRELOAD)
+    with ProcessPoolExecutor(workers, mp_context=server, max_tasks_per_child=1) as pool:
+        results = list(pool.map(_test_one, paths))
     failed = [p for p, (ok, _, _) in zip(paths, results) if not ok]
     stale = [d for _, _, diffs in results for d in diffs]
     for d in stale: print('FAIL:', d)
@@ -151,6 +161,10 @@ def _count_shown(path: Path) -> int: return sum(_tagged(c) for c in json.loads(p
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ('refresh', 'check', 'test'):
         print(__doc__); return 2
+    # one torch thread per notebook, as the test command runs everything: two notebooks side by side with two OpenMP
+    # threads each on a 2-core machine spin-wait on one another at every parallel op (the two fine-tuning notebooks
+    # took 30 to 80 s together, 3 s each alone); a refresh runs as the test does
+    for threads in ('OMP_NUM_THREADS', 'MKL_NUM_THREADS'): os.environ.setdefault(threads, '1')
     paths = [Path(p).resolve() for p in argv[1:]] or sorted(p for p in NBS.rglob('*.ipynb') if '.ipynb_checkpoints' not in p.parts)
     if argv[0] == 'test': return test(paths)
     if argv[0] == 'refresh':
