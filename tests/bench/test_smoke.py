@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from mlmclm.base.files import project_root
@@ -42,11 +43,19 @@ def test_cli_mlm_sparse_against_dense_head_with_chunked_loss(tmp_path):
     assert [s['side'] for s in result['sides']] == ['ours', 'dense-head'] and result['options']['ce_chunk'] == 16
 
 
-def test_cli_refuses_bad_arguments(tmp_path):
-    run = _bench('--objective', 'clm', '--baseline', 'dense-head', out=tmp_path)
-    assert run.returncode != 0 and "baseline='dense-head' compares MLM heads" in run.stderr
-    run = _bench('--size', '7b', out=tmp_path)
-    assert run.returncode == 2 and 'invalid choice' in run.stderr
+def _refused(capsys, *args) -> tuple[int, str]:
+    "(exit status, standard error) of `mlmclm bench ARGS` refused by its parser, run in this process: nothing starts."
+    from mlmclm.bench.smoke import main
+    with pytest.raises(SystemExit) as stop: main(list(args))
+    return stop.value.code, capsys.readouterr().err
+
+
+def test_cli_refuses_bad_arguments(tmp_path, capsys):
+    from mlmclm.bench.smoke import main
+    with pytest.raises(ValueError, match="baseline='dense-head' compares MLM heads"):
+        main([*SMALL, '--objective', 'clm', '--baseline', 'dense-head', '--out', str(tmp_path)])
+    status, err = _refused(capsys, *SMALL, '--size', '7b', '--out', str(tmp_path))
+    assert status == 2 and 'invalid choice' in err
 
 
 def test_cli_finetune_against_the_trainer(tmp_path):
@@ -65,16 +74,16 @@ def test_cli_finetune_against_the_trainer(tmp_path):
     assert all(f"{name:<12}" in run.stdout for name in sides)
 
 
-def test_cli_finetune_refuses_bad_combinations(tmp_path):
+def test_cli_finetune_refuses_bad_combinations(tmp_path, capsys):
+    from mlmclm.base.configs import ConfigError
+    from mlmclm.bench.smoke import main
     for args, message in ((['--finetune', 'rt_sentiment', '--baseline', 'hf'], '--finetune compares against --baseline hf-trainer'),
                           (['--finetune', 'rt_sentiment', '--size', 'tiny', '--checkpoint', 'x'], 'not both'),
                           (['--baseline', 'hf-trainer'], 'go with --finetune TASK')):
-        run = subprocess.run([sys.executable, '-m', 'mlmclm.bench.smoke', *args, '--out', str(tmp_path)],
-                             capture_output=True, text=True, cwd=project_root(), timeout=120)
-        assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
-    run = subprocess.run([sys.executable, '-m', 'mlmclm.bench.smoke', '--finetune', 'tweet_ner', '--size', 'tiny', '--out',
-                          str(tmp_path)], capture_output=True, text=True, cwd=project_root(), timeout=300)
-    assert run.returncode != 0 and "the Trainer baseline runs sequence classification tasks" in run.stderr
+        status, err = _refused(capsys, *args, '--out', str(tmp_path))
+        assert status == 2 and message in err, err[-2000:]
+    with pytest.raises(ConfigError, match='the Trainer baseline runs sequence classification tasks'):
+        main(['--finetune', 'tweet_ner', '--size', 'tiny', '--out', str(tmp_path)])
 
 
 def test_smoke_runs_every_gpu_path_at_tiny_sizes_on_cpu(tmp_path):
