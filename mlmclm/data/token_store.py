@@ -250,15 +250,24 @@ def _open_manifest(folder: Path, head: dict, shard_tokens: int, max_tokens: int 
 
 # %% ../../nbs/data/03_token_store.ipynb #7c1bffdf
 @contextlib.contextmanager
-def _build_lock(folder: Path):
-    "Hold `folder/.build.lock` exclusively: a second builder waits, then finds the store finished."
+def _build_lock(folder: Path,
+                quiet_s: float = 10.0,   # a wait shorter than this passes unsaid (a small store builds in about a second)
+               ):
+    "Hold `folder/.build.lock` exclusively: a second builder waits, saying so once the wait is noticeable, then finds the store finished."
     import fcntl
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder/'.build.lock', 'w') as f:
-        try: fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f'token store: {folder} is being built by another process; waiting for it')
-            fcntl.flock(f, fcntl.LOCK_EX)
+        deadline = time.monotonic() + quiet_s
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:   # a real build: say why nothing moves, then wait for it
+                    print(f'token store: {folder} is being built by another process; waiting for it')
+                    fcntl.flock(f, fcntl.LOCK_EX)
+                    break
+                time.sleep(0.05)
         yield
 
 # %% ../../nbs/data/03_token_store.ipynb #0c4baafb
